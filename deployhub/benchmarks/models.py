@@ -1,0 +1,100 @@
+"""Benchmark results with the conditions they were measured under."""
+
+from django.db import models
+
+from deployhub.choices import ChoiceSet
+
+PERCENTILES = ("min", "p50", "p90", "p95", "p99", "max", "mean", "std")
+
+
+class BudgetVerdict(ChoiceSet):
+    MEETS = "meets"
+    MISSES = "misses"
+    CHOICES = ((MEETS, "Meets budget", "green"), (MISSES, "Over budget", "red"))
+
+
+class BenchmarkRunQuerySet(models.QuerySet):
+    def for_version(self, version):
+        return self.filter(model_version=version).select_related("device", "device_class", "job")
+
+
+class BenchmarkRun(models.Model):
+    """Latency and throughput of one model version on one device, and how they were taken."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="benchmark")
+    model_version = models.ForeignKey(
+        "registry.ModelVersion", on_delete=models.CASCADE, related_name="benchmarks"
+    )
+    device_class = models.ForeignKey("devices.DeviceClass", on_delete=models.CASCADE)
+    device = models.ForeignKey("devices.Device", null=True, on_delete=models.SET_NULL)
+    backend = models.CharField(max_length=40)
+    provider = models.CharField(max_length=60, blank=True)
+    batch_size = models.PositiveIntegerField()
+    warmup_iterations = models.PositiveIntegerField()
+    iterations = models.PositiveIntegerField()
+    intra_op_threads = models.PositiveIntegerField(default=0)
+    latency_min_ms = models.FloatField()
+    latency_p50_ms = models.FloatField()
+    latency_p90_ms = models.FloatField()
+    latency_p95_ms = models.FloatField()
+    latency_p99_ms = models.FloatField()
+    latency_max_ms = models.FloatField()
+    latency_mean_ms = models.FloatField()
+    latency_std_ms = models.FloatField()
+    throughput_ips = models.FloatField()
+    peak_rss_mb = models.FloatField(null=True)
+    rss_growth_mb = models.FloatField(null=True)
+    fingerprint = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = BenchmarkRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.model_version} on {self.device_class}: p50 {self.latency_p50_ms:.2f} ms"
+
+    @classmethod
+    def record(cls, job, result):
+        """Store a worker's benchmark result for `job`; raise ValueError if it is malformed."""
+        try:
+            latency = result["latency_ms"]
+            return cls.objects.create(
+                job=job,
+                model_version=job.model_version,
+                device_class=job.device_class,
+                device=job.device,
+                backend=str(result["backend"]),
+                provider=str(result.get("provider", "")),
+                batch_size=int(result["batch_size"]),
+                warmup_iterations=int(result["warmup_iterations"]),
+                iterations=int(result["iterations"]),
+                intra_op_threads=int(result.get("intra_op_threads") or 0),
+                throughput_ips=float(result["throughput_ips"]),
+                peak_rss_mb=result.get("peak_rss_mb"),
+                rss_growth_mb=result.get("rss_growth_mb"),
+                fingerprint=result.get("fingerprint") or {},
+                **{f"latency_{key}_ms": float(latency[key]) for key in PERCENTILES},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed benchmark result: {exc!r}") from exc
+
+    @property
+    def fps(self):
+        """Frames per second at the median latency, per image."""
+        per_image = self.latency_p50_ms / self.batch_size
+        return 1000.0 / per_image if per_image else None
+
+    @property
+    def verdict(self):
+        budget = self.device_class.frame_budget_ms
+        return BudgetVerdict.MEETS if self.latency_p99_ms <= budget else BudgetVerdict.MISSES
+
+    @property
+    def verdict_color(self):
+        return BudgetVerdict.color(self.verdict)
+
+    @property
+    def verdict_label(self):
+        return BudgetVerdict.label(self.verdict)

@@ -1,0 +1,155 @@
+"""Device classes (a kind of target with its queue and budget) and their devices."""
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from deployhub.choices import ChoiceSet
+
+TOKEN_PREFIX = "dht_"
+
+
+class ServingPattern(ChoiceSet):
+    REALTIME = "realtime"
+    BATCH = "batch"
+    CHOICES = (
+        (REALTIME, "Real-time (per-frame latency budget)", "blue"),
+        (BATCH, "Batch (throughput target)", "purple"),
+    )
+
+
+class DeviceState(ChoiceSet):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    DRAINING = "draining"
+    CHOICES = (
+        (ONLINE, "Online", "green"),
+        (OFFLINE, "Offline", "grey"),
+        (DRAINING, "Draining", "orange"),
+    )
+
+
+class DeviceClass(models.Model):
+    """A kind of target (a GPU server, a Jetson, a CPU box) and the budget it runs under."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="device_classes")
+    slug = models.SlugField(max_length=50, unique=True, help_text="Also names its queue.")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    serving_pattern = models.CharField(
+        max_length=20, choices=ServingPattern.choices(), default=ServingPattern.REALTIME
+    )
+    frame_budget_ms = models.FloatField(
+        default=33.3, help_text="Per-frame latency budget in milliseconds (30 fps = 33.3 ms)."
+    )
+    throughput_target_ips = models.FloatField(null=True, blank=True)
+    memory_limit_mb = models.PositiveIntegerField(null=True, blank=True)
+    backends = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name_plural = "device classes"
+
+    def __str__(self):
+        return self.slug
+
+    def get_absolute_url(self):
+        return reverse("device_class_detail", args=[self.pk])
+
+    @property
+    def queue(self):
+        return f"dc.{self.slug}"
+
+    @property
+    def budget_fps(self):
+        return 1000.0 / self.frame_budget_ms if self.frame_budget_ms else None
+
+    def online_devices(self):
+        return self.devices.online()
+
+
+def hash_token(token):
+    """Return the stored form of a device token (tokens are random, so sha256 suffices)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class DeviceQuerySet(models.QuerySet):
+    def online(self):
+        cutoff = timezone.now() - timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER)
+        return self.filter(last_heartbeat_at__gte=cutoff)
+
+    def by_token(self, token):
+        """Return the device holding this token, or None."""
+        if not token or not token.startswith(TOKEN_PREFIX):
+            return None
+        return self.select_related("device_class__team").filter(token_hash=hash_token(token)).first()
+
+
+class Device(models.Model):
+    """One worker host of a class; it authenticates with a token shown once."""
+
+    device_class = models.ForeignKey(DeviceClass, on_delete=models.CASCADE, related_name="devices")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_hint = models.CharField(max_length=12, editable=False, blank=True)
+    fingerprint = models.JSONField(default=dict, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    draining = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["device_class", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["device_class", "name"], name="device_name_unique")
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def team(self):
+        return self.device_class.team
+
+    def issue_token(self):
+        """Set a new token and return it; only its hash is kept, so show it now."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.token_hash = hash_token(token)
+        self.token_hint = token[: len(TOKEN_PREFIX) + 4]
+        return token
+
+    @property
+    def is_online(self):
+        if self.last_heartbeat_at is None:
+            return False
+        age = timezone.now() - self.last_heartbeat_at
+        return age <= timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER)
+
+    @property
+    def state(self):
+        if not self.is_online:
+            return DeviceState.OFFLINE
+        return DeviceState.DRAINING if self.draining else DeviceState.ONLINE
+
+    @property
+    def state_color(self):
+        return DeviceState.color(self.state)
+
+    @property
+    def state_label(self):
+        return DeviceState.label(self.state)
+
+    def record_heartbeat(self, fingerprint=None):
+        self.last_heartbeat_at = timezone.now()
+        fields = ["last_heartbeat_at"]
+        if fingerprint:
+            self.fingerprint = fingerprint
+            fields.append("fingerprint")
+        self.save(update_fields=fields)

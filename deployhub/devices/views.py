@@ -1,0 +1,84 @@
+"""Pages for device classes and their devices."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import IntegrityError, transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from deployhub.devices.forms import DeviceClassForm, DeviceForm
+from deployhub.devices.models import Device, DeviceClass
+from deployhub.teams.access import current_team, require_role, teams_of
+from deployhub.teams.models import Event, Role
+
+
+def _get_device_class_for_user(request, pk):
+    return get_object_or_404(DeviceClass, pk=pk, team__in=teams_of(request.user))
+
+
+def _get_device_for_user(request, pk):
+    queryset = Device.objects.select_related("device_class__team")
+    return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
+
+
+@login_required
+def device_classes(request):
+    team = current_team(request)
+    form = DeviceClassForm()
+    if request.method == "POST":
+        require_role(request.user, team, Role.ADMIN)
+        form = DeviceClassForm(request.POST)
+        if form.is_valid():
+            form.instance.team = team
+            device_class = form.save()
+            Event.record(team, request.user, "device_class.created", device_class)
+            return redirect(device_class)
+    classes = team.device_classes.prefetch_related("devices") if team else []
+    return render(request, "devices/classes.html", {"classes": classes, "form": form})
+
+
+@login_required
+def device_class_detail(request, pk):
+    device_class = _get_device_class_for_user(request, pk)
+    form = DeviceForm()
+    new_token = None
+    if request.method == "POST":
+        require_role(request.user, device_class.team, Role.ADMIN)
+        form = DeviceForm(request.POST)
+        if form.is_valid():
+            new_token = _register_device(request, device_class, form)
+    context = {
+        "device_class": device_class,
+        "devices": device_class.devices.all(),
+        "form": form,
+        "new_token": new_token,
+        "jobs": device_class.jobs.select_related("model_version__model")[:10],
+    }
+    return render(request, "devices/class_detail.html", context)
+
+
+def _register_device(request, device_class, form):
+    """Register a device and return its token (shown once), or None with a form error."""
+    device = Device(device_class=device_class, name=form.cleaned_data["name"])
+    token = device.issue_token()
+    try:
+        with transaction.atomic():
+            device.save()
+            Event.record(device_class.team, request.user, "device.registered", device)
+    except IntegrityError:
+        form.add_error("name", f"{device_class} already has a device named {device.name!r}.")
+        return None
+    return {"device": device, "token": token}
+
+
+@login_required
+@require_POST
+def device_drain(request, pk):
+    device = _get_device_for_user(request, pk)
+    require_role(request.user, device.team, Role.ADMIN)
+    device.draining = not device.draining
+    device.save(update_fields=["draining"])
+    verb = "device.drained" if device.draining else "device.undrained"
+    Event.record(device.team, request.user, verb, device)
+    messages.success(request, f"{device} is {'draining' if device.draining else 'accepting jobs'}.")
+    return redirect(device.device_class)

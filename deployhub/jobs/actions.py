@@ -1,0 +1,214 @@
+"""State changes of a job. Each checks who may act, changes state, and writes the audit event.
+
+The database is the source of truth: every change happens under a row lock, and
+a worker's claim, heartbeat and completion are fenced by the attempt number.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.teams.models import Event
+
+logger = logging.getLogger(__name__)
+
+RESULT_HANDLERS = {JobKind.BENCHMARK: BenchmarkRun.record}
+
+
+class JobConflict(Exception):
+    """The request does not fit the job's current state or attempt (HTTP 409)."""
+
+
+class WrongDevice(Exception):
+    """The device is not allowed to act on this job (HTTP 403)."""
+
+
+def send_job(job_id, attempt, queue):
+    """Publish the job id on its device class's queue; on failure the reaper resends it."""
+    from deployhub.celery import app
+
+    try:
+        app.send_task("deployhub.run_job", args=[job_id, attempt], queue=queue)
+    except Exception as exc:
+        logger.warning("could not publish job %s: %s", job_id, exc)
+        return
+    Job.objects.filter(pk=job_id, attempt=attempt).update(sent_at=timezone.now())
+
+
+def _enqueue(job):
+    queue = job.device_class.queue
+    transaction.on_commit(lambda: send_job(job.pk, job.attempt, queue))
+
+
+def submit_job(*, team, kind, device_class, user, model_version=None, params=None):
+    """Create a queued job and publish it once the transaction commits."""
+    with transaction.atomic():
+        job = Job.objects.create(
+            team=team,
+            kind=kind,
+            device_class=device_class,
+            model_version=model_version,
+            params=params or {},
+            created_by=user,
+            max_attempts=settings.DEPLOYHUB_JOB_MAX_ATTEMPTS,
+        )
+        job.append_log(f"queued on {device_class.queue} by {user}")
+        job.save(update_fields=["log"])
+        Event.record(team, user, "job.queued", job, kind=kind, device_class=device_class.slug)
+        _enqueue(job)
+    return job
+
+
+def _locked(job_id):
+    return Job.objects.select_for_update().select_related("device_class").get(pk=job_id)
+
+
+def check_holder(job, device, attempt):
+    """Refuse a device that is not running the current attempt of the job."""
+    if job.device_class_id != device.device_class_id:
+        raise WrongDevice("This job belongs to another device class.")
+    if attempt != job.attempt:
+        raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+    if job.device_id != device.pk:
+        raise WrongDevice("This job is held by another device.")
+
+
+def claim_job(job_id, device, attempt):
+    """Give the job to the device for this attempt, under a fresh lease."""
+    with transaction.atomic():
+        job = _locked(job_id)
+        if job.device_class_id != device.device_class_id:
+            raise WrongDevice("This job belongs to another device class.")
+        if attempt != job.attempt:
+            raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+        if job.state != JobState.QUEUED:
+            raise JobConflict(f"The job is {job.state}; it cannot be claimed.")
+        now = timezone.now()
+        job.state = JobState.RUNNING
+        job.device = device
+        job.started_at = job.started_at or now
+        job.lease_expires_at = now + timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
+        job.progress = 0.0
+        job.message = f"claimed by {device}"
+        job.append_log(f"attempt {attempt} claimed by device {device}")
+        job.save()
+        Event.record(job.team, f"device:{device}", "job.claimed", job, attempt=attempt)
+    return job
+
+
+def heartbeat_job(job_id, device, attempt, progress=None, message=None, log=""):
+    """Extend the lease and record progress; return the job (see its cancel_requested)."""
+    with transaction.atomic():
+        job = _locked(job_id)
+        check_holder(job, device, attempt)
+        if job.state != JobState.RUNNING:
+            raise JobConflict(f"The job is {job.state}.")
+        job.lease_expires_at = timezone.now() + timedelta(
+            seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS
+        )
+        if progress is not None:
+            job.progress = min(max(float(progress), 0.0), 1.0)
+        if message is not None:
+            job.message = str(message)[:200]
+        job.append_log(log, source=None)
+        job.save()
+    device.record_heartbeat()
+    return job
+
+
+def _is_repeat(job, device, attempt, state):
+    return job.is_final and job.state == state and job.device_id == device.pk and job.attempt == attempt
+
+
+def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
+    """Finish the current attempt; a repeat of the same completion changes nothing."""
+    if state not in JobState.FINAL:
+        raise ValueError(f"state must be one of {', '.join(JobState.FINAL)}")
+    with transaction.atomic():
+        job = _locked(job_id)
+        if _is_repeat(job, device, attempt, state):
+            return job
+        check_holder(job, device, attempt)
+        if job.state != JobState.RUNNING:
+            raise JobConflict(f"The job is {job.state}; it cannot be completed.")
+        job.append_log(log, source=None)
+        if state == JobState.SUCCEEDED and job.kind in RESULT_HANDLERS:
+            RESULT_HANDLERS[job.kind](job, result or {})
+        _finish(job, state, error=error)
+        Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
+    return job
+
+
+def _finish(job, state, error=""):
+    job.state = state
+    job.error = str(error or "")[:5000]
+    job.finished_at = timezone.now()
+    job.lease_expires_at = None
+    job.message = JobState.label(state)
+    if state == JobState.SUCCEEDED:
+        job.progress = 1.0
+    job.append_log(f"{state}" + (f": {job.error}" if job.error else ""))
+    job.save()
+
+
+def cancel_job(job_id, user):
+    """Cancel a queued job now, or ask the worker running it to stop."""
+    with transaction.atomic():
+        job = _locked(job_id)
+        if job.is_final:
+            raise JobConflict(f"The job is already {job.state}.")
+        if job.state == JobState.QUEUED:
+            _finish(job, JobState.CANCELLED, error=f"cancelled by {user}")
+        else:
+            job.cancel_requested = True
+            job.message = "cancel requested"
+            job.append_log(f"cancel requested by {user}")
+            job.save()
+        Event.record(job.team, user, "job.cancel", job)
+    return job
+
+
+def _reap(job, now):
+    if job.cancel_requested:
+        _finish(job, JobState.CANCELLED, error="cancelled; the worker stopped answering")
+    elif job.attempt < job.max_attempts:
+        lost_on = job.device
+        job.state = JobState.QUEUED
+        job.attempt += 1
+        job.device = None
+        job.lease_expires_at = None
+        job.sent_at = None
+        job.message = f"re-queued: lease expired on {lost_on}"
+        job.append_log(f"lease expired on device {lost_on}; re-queued as attempt {job.attempt}")
+        job.save()
+        _enqueue(job)
+    else:
+        _finish(job, JobState.FAILED, error=f"worker lost after {job.attempt} attempts")
+    Event.record(job.team, "reaper", f"job.reaped.{job.state}", job, attempt=job.attempt)
+
+
+def reap_expired_jobs(now=None):
+    """Re-queue (or fail, past max attempts) running jobs whose lease expired; resend lost sends."""
+    now = now or timezone.now()
+    expired = Job.objects.filter(state=JobState.RUNNING, lease_expires_at__lt=now)
+    reaped = []
+    for job_id in expired.values_list("pk", flat=True):
+        with transaction.atomic():
+            job = _locked(job_id)
+            if job.state == JobState.RUNNING and job.lease_expires_at < now:
+                _reap(job, now)
+                reaped.append(job)
+    _resend_unsent(now)
+    return reaped
+
+
+def _resend_unsent(now):
+    stale = now - timedelta(seconds=settings.DEPLOYHUB_REAPER_INTERVAL)
+    unsent = Job.objects.filter(state=JobState.QUEUED, sent_at__isnull=True, created_at__lt=stale)
+    for job in unsent.select_related("device_class"):
+        send_job(job.pk, job.attempt, job.device_class.queue)

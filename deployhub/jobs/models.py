@@ -1,0 +1,140 @@
+"""Jobs: the database row is the truth; the broker only carries its id."""
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+from deployhub.choices import ChoiceSet
+
+LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
+
+
+class JobState(ChoiceSet):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CHOICES = (
+        (QUEUED, "Queued", "grey"),
+        (RUNNING, "Running", "blue"),
+        (SUCCEEDED, "Succeeded", "green"),
+        (FAILED, "Failed", "red"),
+        (CANCELLED, "Cancelled", "orange"),
+    )
+    FINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+
+class JobKind(ChoiceSet):
+    BENCHMARK = "benchmark"
+    NOOP = "noop"
+    EXPORT = "export"
+    COMPILE = "compile"
+    EVALUATE = "evaluate"
+    PARITY = "parity"
+    CHOICES = (
+        (BENCHMARK, "Benchmark", "blue"),
+        (NOOP, "No-op (pipeline check)", "grey"),
+        (EXPORT, "Export", "purple"),
+        (COMPILE, "Compile", "purple"),
+        (EVALUATE, "Evaluate", "teal"),
+        (PARITY, "Preprocessing parity", "teal"),
+    )
+
+
+class JobQuerySet(models.QuerySet):
+    def for_team(self, team):
+        return self.filter(team=team).select_related("model_version__model", "device_class", "device")
+
+    def active(self):
+        return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
+
+
+class Job(models.Model):
+    """One piece of device work with its attempt, lease, progress and log."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=20, choices=JobKind.choices())
+    state = models.CharField(
+        max_length=20, choices=JobState.choices(), default=JobState.QUEUED, db_index=True
+    )
+    model_version = models.ForeignKey(
+        "registry.ModelVersion", null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
+    device_class = models.ForeignKey(
+        "devices.DeviceClass", on_delete=models.CASCADE, related_name="jobs"
+    )
+    device = models.ForeignKey(
+        "devices.Device", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    params = models.JSONField(default=dict, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=3)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    cancel_requested = models.BooleanField(default=False)
+    progress = models.FloatField(default=0.0)
+    message = models.CharField(max_length=200, blank=True)
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} #{self.pk}"
+
+    def get_absolute_url(self):
+        return reverse("job_detail", args=[self.pk])
+
+    @property
+    def state_color(self):
+        return JobState.color(self.state)
+
+    @property
+    def is_final(self):
+        return self.state in JobState.FINAL
+
+    @property
+    def duration(self):
+        if not self.started_at:
+            return None
+        return (self.finished_at or timezone.now()) - self.started_at
+
+    def append_log(self, text, source="hub"):
+        """Append lines to the log; hub lines get a timestamp and a source."""
+        if not text:
+            return
+        if source:
+            stamp = timezone.now().strftime("%H:%M:%S")
+            text = "".join(f"[{stamp}] {source}: {line}\n" for line in text.splitlines())
+        elif not text.endswith("\n"):
+            text += "\n"
+        self.log = (self.log + text)[-LOG_LIMIT:]
+
+
+class Artifact(models.Model):
+    """A file a job produced, stored under a server-generated name."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    attempt = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    file = models.FileField(max_length=255)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "name"]
+
+    def __str__(self):
+        return f"{self.name} of {self.job}"

@@ -1,0 +1,172 @@
+"""DeployHub settings, read from the environment.
+
+With nothing set, a fresh checkout runs embedded: SQLite, kombu's filesystem
+broker and local storage, all under `var/`. See README.md for the variables.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from workers.broker import celery_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name, default=""):
+    return os.environ.get(name, default)
+
+
+def env_bool(name, default=False):
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def env_list(name, default):
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+PRODUCTION = env_str("DEPLOYHUB_ENV", "embedded") == "production"
+VAR_DIR = Path(env_str("DEPLOYHUB_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key():
+    """Return SECRET_KEY from the environment, or one generated once and kept in var/."""
+    if value := env_str("SECRET_KEY"):
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEPLOYHUB_ENV=production.")
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DEPLOYHUB_DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "deployhub.teams",
+    "deployhub.registry",
+    "deployhub.devices",
+    "deployhub.jobs",
+    "deployhub.benchmarks",
+    "deployhub.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "deployhub.urls"
+WSGI_APPLICATION = "deployhub.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "deployhub.teams.context.current_team",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'deployhub.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The web server, the hub worker and the reaper share one file: wait, don't fail.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "models"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True
+
+STORAGE_ROOT = Path(env_str("DEPLOYHUB_STORAGE_ROOT", str(VAR_DIR / "media"))).resolve()
+MEDIA_ROOT = STORAGE_ROOT
+MEDIA_URL = "/media/"  # never served directly: downloads go through views
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Uploads stream to disk inside the storage root, never into the web process's memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
+FILE_UPLOAD_TEMP_DIR = STORAGE_ROOT / "tmp"
+FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+DEPLOYHUB_MAX_UPLOAD_BYTES = env_int("DEPLOYHUB_MAX_UPLOAD_BYTES", 2 * 1024**3)
+
+# Celery (hub side: it enqueues job ids and runs the reaper with beat).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", f"filesystem://{VAR_DIR / 'broker'}")
+CELERY = celery_config(CELERY_BROKER_URL)
+CELERY_HUB_QUEUE = "hub"
+
+# Jobs and devices.
+DEPLOYHUB_JOB_LEASE_SECONDS = env_int("DEPLOYHUB_JOB_LEASE_SECONDS", 30)
+DEPLOYHUB_JOB_MAX_ATTEMPTS = env_int("DEPLOYHUB_JOB_MAX_ATTEMPTS", 3)
+DEPLOYHUB_REAPER_INTERVAL = env_int("DEPLOYHUB_REAPER_INTERVAL", 5)
+DEPLOYHUB_HEARTBEAT_INTERVAL = env_int("DEPLOYHUB_HEARTBEAT_INTERVAL", 10)
+# A device missing heartbeats for this long is shown offline.
+DEPLOYHUB_OFFLINE_AFTER = env_int("DEPLOYHUB_OFFLINE_AFTER", 35)
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = env_bool("DEPLOYHUB_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("DEPLOYHUB_LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,26 @@
+"""Who may see and do what: every object belongs to a team."""
+
+from django.core.exceptions import PermissionDenied
+
+from deployhub.teams.models import Role, Team
+
+
+def teams_of(user):
+    """Return the teams the user is a member of."""
+    if not user.is_authenticated:
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user)
+
+
+def current_team(request):
+    """Return the team the user is working in (chosen in the session, else the first)."""
+    teams = teams_of(request.user)
+    chosen = request.session.get("team_id")
+    return (chosen and teams.filter(pk=chosen).first()) or teams.first()
+
+
+def require_role(user, team, role):
+    """Raise PermissionDenied unless the user holds at least `role` in `team`."""
+    held = team.role_of(user)
+    if held is None or held < role:
+        raise PermissionDenied(f"This needs the {Role(role).label.lower()} role in {team}.")

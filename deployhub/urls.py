@@ -1,0 +1,30 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from deployhub import views
+from deployhub.devices import views as device_views
+from deployhub.jobs import views as job_views
+from deployhub.registry import views as registry_views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("team/", views.switch_team, name="switch_team"),
+    path("models/", registry_views.models_list, name="models"),
+    path("models/<int:pk>/", registry_views.model_detail, name="model_detail"),
+    path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
+    path("versions/<int:pk>/results", registry_views.version_results, name="version_results"),
+    path("versions/<int:pk>/benchmark", registry_views.version_benchmark, name="version_benchmark"),
+    path("devices/", device_views.device_classes, name="device_classes"),
+    path("devices/classes/<int:pk>/", device_views.device_class_detail, name="device_class_detail"),
+    path("devices/<int:pk>/drain", device_views.device_drain, name="device_drain"),
+    path("jobs/", job_views.jobs_list, name="jobs"),
+    path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
+    path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),
+    path("jobs/<int:pk>/cancel", job_views.job_cancel, name="job_cancel"),
+    path("api/v1/", include("deployhub.api.urls")),
+    path("admin/", admin.site.urls),
+]

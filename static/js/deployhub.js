@@ -1,0 +1,85 @@
+// Live job views: poll each unfinished job's status and update the page in place.
+(function () {
+  "use strict";
+  const POLL_MS = 500;
+
+  async function fetchJSON(url) {
+    const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    if (!response.ok) throw new Error(url + " answered " + response.status);
+    return response.json();
+  }
+
+  function setBadge(el, status) {
+    el.textContent = status.state_label;
+    el.className = "badge " + status.state_color;
+  }
+
+  async function refreshResults() {
+    const results = document.getElementById("results");
+    if (!results) return;
+    const response = await fetch(results.dataset.url, { credentials: "same-origin" });
+    if (response.ok) results.innerHTML = await response.text();
+  }
+
+  function updateRow(row, status) {
+    setBadge(row.querySelector("[data-field=state]"), status);
+    row.querySelector("[data-field=progress]").value = status.progress;
+    row.querySelector("[data-field=message]").textContent = status.message;
+    row.querySelector("[data-field=attempt]").textContent = status.attempt;
+  }
+
+  function watchRow(row) {
+    const tick = async () => {
+      try {
+        const status = await fetchJSON(row.dataset.live);
+        updateRow(row, status);
+        if (status.final) {
+          row.removeAttribute("data-live");
+          if (status.state === "succeeded") await refreshResults();
+          return;
+        }
+      } catch (err) { console.warn(err); }
+      setTimeout(tick, POLL_MS);
+    };
+    tick();
+  }
+
+  function updateDetail(root, status) {
+    setBadge(document.getElementById("job-state"), status);
+    document.getElementById("job-progress").value = status.progress;
+    document.getElementById("job-percent").textContent = Math.round(status.progress * 100) + "%";
+    document.getElementById("job-message").textContent = status.message;
+    document.getElementById("job-device").textContent = status.device || "—";
+    document.getElementById("job-attempt").textContent = status.attempt + " of " + document.getElementById("job-attempt").textContent.split(" of ")[1];
+    document.getElementById("job-waiting").hidden = !status.no_online_worker;
+    const error = document.getElementById("job-error");
+    error.hidden = !status.error;
+    error.textContent = status.error;
+    const log = document.getElementById("job-log");
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    if (log.textContent !== status.log) {
+      log.textContent = status.log;
+      if (atBottom) log.scrollTop = log.scrollHeight;
+    }
+    const cancel = document.getElementById("cancel-form");
+    if (cancel && (status.final || status.cancel_requested)) cancel.querySelector("button").disabled = true;
+  }
+
+  function watchDetail(root) {
+    const tick = async () => {
+      try {
+        const status = await fetchJSON(root.dataset.statusUrl);
+        updateDetail(root, status);
+        if (status.final) return;
+      } catch (err) { console.warn(err); }
+      setTimeout(tick, POLL_MS);
+    };
+    tick();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("tr[data-live]").forEach(watchRow);
+    const detail = document.getElementById("job");
+    if (detail && detail.dataset.final !== "1") watchDetail(detail);
+  });
+})();

@@ -1,0 +1,204 @@
+"""HTTP client for the hub's device API (docs/protocol.md, API v1)."""
+
+import hashlib
+import re
+import time
+from pathlib import Path
+
+import requests
+
+API_PREFIX = "/api/v1/"
+# Statuses a restarting hub or its proxy answers; anything else is final.
+RETRY_STATUSES = frozenset({502, 503, 504})
+CHUNK_BYTES = 1024 * 1024
+
+
+class HubError(Exception):
+    """The hub answered with an error status (or could not be reached)."""
+
+    def __init__(self, status, message, request=None):
+        where = f" to {request}" if request else ""
+        super().__init__(f"the hub answered {status}{where}: {message}" if status else message)
+        self.status = status
+        self.message = message
+        self.request = request
+
+
+class Unauthorized(HubError):
+    """The hub refused the device token (401) or the job is not this device's (403)."""
+
+
+class Conflict(HubError):
+    """The hub refused a stale attempt or a job that is no longer ours (409)."""
+
+
+class HubUnreachable(HubError):
+    """The hub could not be reached, even after retrying."""
+
+    def __init__(self, message, request=None):
+        super().__init__(None, message, request)
+
+
+class InputMismatch(Exception):
+    """A downloaded input does not have the size or sha256 the hub announced."""
+
+
+class HubClient:
+    """Call the hub's device API with a device token."""
+
+    def __init__(self, base_url, token, timeout=30, retries=3, backoff=0.5):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
+        self.session.headers["User-Agent"] = "deployhub-worker"
+
+    def whoami(self):
+        """Return the hub's description of this device."""
+        return self._json("GET", "device")
+
+    def heartbeat(self, fingerprint=None):
+        """Mark this device online, reporting its fingerprint when given."""
+        body = {} if fingerprint is None else {"fingerprint": fingerprint}
+        return self._json("POST", "device/heartbeat", json=body)
+
+    def claim(self, job_id, attempt):
+        """Claim one attempt of a job and return the job."""
+        return self._json("POST", f"jobs/{job_id}/claim", json={"attempt": attempt})
+
+    def job_heartbeat(self, job_id, attempt, progress=None, message=None, log=None):
+        """Extend the job's lease, reporting progress; return the hub's answer."""
+        body = _without_none(attempt=attempt, progress=progress, message=message, log=log)
+        return self._json("POST", f"jobs/{job_id}/heartbeat", json=body)
+
+    def download_input(self, job_id, name, dest_path, sha256, size):
+        """Stream a job input to dest_path and verify its size and sha256."""
+        dest_path = Path(dest_path)
+        response = self._request("GET", f"jobs/{job_id}/inputs/{name}", stream=True)
+        try:
+            with response, dest_path.open("wb") as out:
+                digest, written = _copy_with_limit(response, out, size, name)
+            _check_download(name, written, digest, size, sha256)
+        except BaseException:
+            dest_path.unlink(missing_ok=True)
+            raise
+        return dest_path
+
+    def upload_artifact(self, job_id, attempt, name, path):
+        """Upload a file produced by the job; return the hub's record of it."""
+        path = Path(path)
+        with path.open("rb") as handle:
+            return self._json(
+                "POST",
+                f"jobs/{job_id}/artifacts",
+                data={"attempt": str(attempt), "name": name},
+                files={"file": (path.name, handle)},
+            )
+
+    def complete(self, job_id, attempt, state, result=None, error=None, log=None):
+        """Report the final state of a job attempt."""
+        body = _without_none(attempt=attempt, state=state, result=result, error=error, log=log)
+        return self._json("POST", f"jobs/{job_id}/complete", json=body)
+
+    def _json(self, method, path, **kwargs):
+        """Send a request and return its JSON body ({} when empty)."""
+        response = self._request(method, path, **kwargs)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError as error:
+            snippet = response.text[:200]
+            request = f"{method} {path}"
+            raise HubError(response.status_code, f"not JSON: {snippet!r}", request) from error
+
+    def _request(self, method, path, **kwargs):
+        """Send a request, retrying a few times while the hub is restarting."""
+        for attempt in range(self.retries + 1):
+            last_try = attempt == self.retries
+            _rewind_files(kwargs)
+            try:
+                response = self._send(method, path, **kwargs)
+            except requests.ConnectionError as error:
+                if last_try:
+                    reason = _connection_reason(error)
+                    message = f"cannot reach the hub at {self.base_url}: {reason}"
+                    raise HubUnreachable(message, f"{method} {path}") from error
+            else:
+                if response.status_code not in RETRY_STATUSES or last_try:
+                    return _raise_for_status(response, method, path)
+                response.close()
+            time.sleep(self.backoff * 2**attempt)
+
+    def _send(self, method, path, **kwargs):
+        """Send one request; turn a timeout into a readable HubUnreachable."""
+        url = self.base_url + API_PREFIX + path
+        try:
+            return self.session.request(method, url, timeout=self.timeout, **kwargs)
+        except requests.Timeout as error:
+            if isinstance(error, requests.ConnectionError):
+                raise
+            message = f"the hub at {self.base_url} did not answer within {self.timeout} s"
+            raise HubUnreachable(message, f"{method} {path}") from error
+
+
+def _without_none(**fields):
+    """Return the fields whose value is not None."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _connection_reason(error):
+    """Return the OS-level reason of a connection error (e.g. connection refused)."""
+    match = re.search(r"\[Errno -?\d+\][^'\")]+", str(error))
+    return match.group(0).strip() if match else str(error)
+
+
+def _rewind_files(kwargs):
+    """Seek files being uploaded back to the start, so a retry sends them whole."""
+    for _, handle in kwargs.get("files", {}).values():
+        handle.seek(0)
+
+
+def _raise_for_status(response, method, path):
+    """Return the response, or raise the HubError its status means."""
+    status = response.status_code
+    if status < 400:
+        return response
+    message = _error_text(response)
+    response.close()
+    error_class = {401: Unauthorized, 403: Unauthorized, 409: Conflict}.get(status, HubError)
+    raise error_class(status, message, f"{method} {path}")
+
+
+def _error_text(response):
+    """Return the hub's `error` field, or a short piece of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("error"):
+        return str(body["error"])
+    return response.text[:200].strip() or response.reason or "no reason given"
+
+
+def _copy_with_limit(response, out, size, name):
+    """Copy the response body to out; return (sha256 hex, bytes written)."""
+    digest = hashlib.sha256()
+    written = 0
+    for chunk in response.iter_content(CHUNK_BYTES):
+        written += len(chunk)
+        if written > size:
+            raise InputMismatch(f"input {name!r} is larger than the announced {size} bytes")
+        digest.update(chunk)
+        out.write(chunk)
+    return digest.hexdigest(), written
+
+
+def _check_download(name, written, digest, size, sha256):
+    """Raise InputMismatch unless the download has the announced size and sha256."""
+    if written != size:
+        raise InputMismatch(f"input {name!r} has {written} bytes, the hub announced {size}")
+    if digest != sha256.lower():
+        raise InputMismatch(f"input {name!r} has sha256 {digest}, the hub announced {sha256}")
