@@ -21,9 +21,9 @@ def _settings_config():
             },
         },
         "beat_schedule_filename": str(settings.VAR_DIR / "celerybeat-schedule"),
+        "imports": ["deployhub.jobs.tasks"],
     }
 
 
 app = Celery("deployhub")
 app.add_defaults(_settings_config)
-app.autodiscover_tasks(["deployhub.jobs"])

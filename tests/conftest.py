@@ -1,0 +1,172 @@
+"""The shared cast and the real moving parts: a live hub, worker processes, Redis."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.files import File
+
+from deployhub.devices.models import Device, DeviceClass
+from deployhub.registry.models import Model
+from deployhub.registry.uploads import create_version
+from deployhub.teams.models import Membership, Role, Team
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "deployhub" / "demo" / "assets"
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(autouse=True)
+def storage_root(settings, tmp_path):
+    """Give every test an empty storage root, so it can check exactly what was stored."""
+    root = tmp_path / "storage"
+    (root / "tmp").mkdir(parents=True)
+    settings.STORAGE_ROOT = settings.MEDIA_ROOT = root
+    settings.FILE_UPLOAD_TEMP_DIR = root / "tmp"
+    return root
+
+
+def make_user(username, team, role):
+    user = get_user_model().objects.create_user(username, password=PASSWORD)
+    Membership.objects.create(user=user, team=team, role=role)
+    return user
+
+
+@pytest.fixture
+def demo_team(db):
+    return Team.objects.create(name="Demo", slug="demo")
+
+
+@pytest.fixture
+def alice(demo_team):
+    """Alice owns things: admin of the demo team."""
+    return make_user("alice", demo_team, Role.ADMIN)
+
+
+@pytest.fixture
+def bob(demo_team):
+    """Bob reviews: reviewer in the demo team."""
+    return make_user("bob", demo_team, Role.REVIEWER)
+
+
+@pytest.fixture
+def vera(demo_team):
+    """Vera only looks: viewer in the demo team."""
+    return make_user("vera", demo_team, Role.VIEWER)
+
+
+@pytest.fixture
+def charlie(db):
+    """Charlie is on another team."""
+    acme = Team.objects.create(name="Acme Robotics", slug="acme")
+    return make_user("charlie", acme, Role.ADMIN)
+
+
+@pytest.fixture
+def model_file():
+    return ASSETS / "digits_cnn_v2.onnx"
+
+
+@pytest.fixture
+def version(alice, demo_team, model_file):
+    model = Model.objects.create(team=demo_team, name="digits-cnn", created_by=alice)
+    with open(model_file, "rb") as handle:
+        return create_version(model, File(handle, name="digits_cnn_v2.onnx"), alice)
+
+
+@pytest.fixture
+def device_class(demo_team):
+    """A class with a queue of its own, so tests never see each other's messages."""
+    return DeviceClass.objects.create(
+        team=demo_team, slug=f"cpu-{uuid.uuid4().hex[:8]}", name="Test CPU", frame_budget_ms=33.3
+    )
+
+
+@pytest.fixture
+def make_device(device_class):
+    """Register a device of the class and return (device, token)."""
+
+    def make(name=None, cls=None):
+        device = Device(device_class=cls or device_class, name=name or f"dev-{uuid.uuid4().hex[:6]}")
+        token = device.issue_token()
+        device.save()
+        return device, token
+
+    return make
+
+
+@pytest.fixture
+def broker():
+    """The real Redis the hub and workers share in tests."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.ping()
+    return client
+
+
+class WorkerProcess:
+    """A real `deployhub-worker run` process, with its output kept for failure reports."""
+
+    def __init__(self, hub_url, token, log_path, env=None):
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        command = [sys.executable, "-m", "workers", "run", "--hub", hub_url, "--token", token,
+                   "--broker", settings.CELERY_BROKER_URL]
+        self.process = subprocess.Popen(
+            command, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, start_new_session=True,
+        )
+
+    def output(self):
+        return Path(self.log_path).read_text(errors="replace")
+
+    def kill9(self):
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.log.close()
+
+
+def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}\n{on_timeout()}")
+
+
+@pytest.fixture
+def start_worker(live_server, tmp_path):
+    """Start real worker processes against the live hub; stop them after the test."""
+    started = []
+
+    def start(device, token, env=None):
+        worker = WorkerProcess(live_server.url, token, tmp_path / f"worker-{device.name}.log", env)
+        started.append(worker)
+        wait_until(
+            lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,
+            timeout=60, what=f"worker {device.name} to heartbeat", on_timeout=worker.output,
+        )
+        wait_until(lambda: "ready" in worker.output(), timeout=60,
+                   what=f"worker {device.name}'s consumer to be ready", on_timeout=worker.output)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,271 @@
+"""Run one attempt of a hub job: claim, heartbeat, download, work, complete.
+
+The broker message is only a hint; the hub's answers decide. A 409 at claim
+means the message was stale or redelivered, and a 409 later means the hub gave
+the job to another attempt: either way this worker drops it quietly.
+"""
+
+import logging
+import shutil
+import tempfile
+import threading
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+from workers import fingerprint as fingerprints
+from workers.benchmark import benchmark_onnxruntime
+from workers.client import Conflict, HubError
+from workers.errors import Cancelled
+
+__all__ = ["Cancelled", "run_job"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30
+ERROR_MAX_CHARS = 500
+DROPPED = "dropped"
+
+
+def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None):
+    """Run one attempt of a job; return its final state, or "dropped"."""
+    try:
+        job = client.claim(job_id, attempt)
+    except HubError as error:
+        if not _is_lost(error):
+            raise
+        logger.info("job %s attempt %s not claimed, dropping the message: %s", job_id, attempt, error)
+        return DROPPED
+    return JobRun(client, job, fingerprint).run(workdir_root)
+
+
+class JobLog:
+    """Timestamped log lines of a job, remembering which ones the hub has."""
+
+    def __init__(self, job_id):
+        self.job_id = job_id
+        self._lines = []
+        self._sent = 0
+        self._lock = threading.Lock()
+
+    def add(self, message):
+        """Add a line, stamped with the current UTC time."""
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        logger.info("job %s: %s", self.job_id, message)
+        with self._lock:
+            self._lines.append(f"{stamp} {message}\n")
+
+    def unsent(self):
+        """Return (text of the lines the hub does not have yet, mark for mark_sent)."""
+        with self._lock:
+            return "".join(self._lines[self._sent :]), len(self._lines)
+
+    def mark_sent(self, mark):
+        """Record that the hub received the lines up to mark."""
+        with self._lock:
+            self._sent = max(self._sent, mark)
+
+
+class JobProgress:
+    """The latest progress of a job, written by the work and read by the heartbeat."""
+
+    def __init__(self, log):
+        self.log = log
+        self.fraction = 0.0
+        self.message = "starting"
+
+    def update(self, fraction, message):
+        """Record progress; log the message when it changes (a new phase)."""
+        if message != self.message:
+            self.log.add(message)
+        self.fraction, self.message = round(fraction, 4), message
+
+
+class JobHeartbeat:
+    """Heartbeat a running job from a thread, watching for cancel and loss."""
+
+    def __init__(self, client, job, progress, log):
+        self.client = client
+        self.job_id, self.attempt = job["id"], job["attempt"]
+        self.interval = (job.get("lease_seconds") or DEFAULT_LEASE_SECONDS) / 3
+        self.progress, self.log = progress, log
+        self.cancel = threading.Event()
+        self.lost = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"job-{self.job_id}-heartbeat")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stopped.set()
+        self._thread.join()
+
+    def _loop(self):
+        while not self._stopped.wait(self.interval) and not self.lost:
+            self.beat()
+
+    def beat(self):
+        """Send one heartbeat; set cancel on cancel_requested, lost on a 409."""
+        text, mark = self.log.unsent()
+        try:
+            answer = self.client.job_heartbeat(
+                self.job_id,
+                self.attempt,
+                progress=self.progress.fraction,
+                message=self.progress.message,
+                log=text or None,
+            )
+        except Exception as error:
+            self._failed(error)
+            return
+        self.log.mark_sent(mark)
+        if answer.get("cancel_requested") and not self.cancel.is_set():
+            self.log.add("cancel requested by the hub")
+            self.cancel.set()
+
+    def _failed(self, error):
+        """Stop the work when the hub gave the job away; otherwise retry next beat."""
+        if isinstance(error, HubError) and _is_lost(error):
+            logger.info("job %s attempt %s lost: %s", self.job_id, self.attempt, error)
+            self.lost = True
+            self.cancel.set()
+        else:
+            logger.warning("job %s heartbeat failed, will retry: %s", self.job_id, error)
+
+
+class JobRun:
+    """One claimed attempt of a job, from download to completion."""
+
+    def __init__(self, client, job, fingerprint=None):
+        self.client = client
+        self.job = job
+        self.fingerprint = fingerprint
+        self.log = JobLog(job["id"])
+        self.progress = JobProgress(self.log)
+        self.heartbeat = JobHeartbeat(client, job, self.progress, self.log)
+
+    def run(self, workdir_root=None):
+        """Do the work and report it; return the final state or "dropped"."""
+        self.log.add(f"claimed job {self.job['id']} attempt {self.job['attempt']}")
+        outcome = self._work(workdir_root)
+        if self.heartbeat.lost:
+            return DROPPED
+        return self._complete(**outcome)
+
+    def _work(self, workdir_root):
+        """Run the job's kind with heartbeats; return the completion fields."""
+        try:
+            work = _work_for(self.job["kind"])
+            with self.heartbeat, _scratch_dir(self.job["id"], workdir_root) as workdir:
+                inputs = self._download_inputs(workdir)
+                return {"state": "succeeded", "result": work(self, inputs)}
+        except Cancelled:
+            self.log.add("cancelled")
+            return {"state": "cancelled"}
+        except Exception as error:
+            self.log.add(f"failed: {_one_line(error)}")
+            return {"state": "failed", "error": _one_line(error), "trace": traceback.format_exc()}
+
+    def _download_inputs(self, workdir):
+        """Download every input of the job into workdir; return {name: path}."""
+        paths = {}
+        for name, info in (self.job.get("inputs") or {}).items():
+            self.log.add(f"downloading input {name} ({info['size']} bytes)")
+            dest = workdir / name / _safe_filename(info.get("filename"), name)
+            dest.parent.mkdir(parents=True)
+            args = (self.job["id"], name, dest, info["sha256"], info["size"])
+            paths[name] = self.client.download_input(*args)
+            self.log.add(f"input {name} verified (sha256 {info['sha256'][:12]}...)")
+        return paths
+
+    def _complete(self, state, result=None, error=None, trace=None):
+        """Report the final state with the remaining log lines; return the state."""
+        text, mark = self.log.unsent()
+        log = text + (trace or "")
+        try:
+            self.client.complete(
+                self.job["id"], self.job["attempt"], state, result=result, error=error, log=log
+            )
+        except Conflict as conflict:
+            logger.info("job %s completion refused, dropping: %s", self.job["id"], conflict)
+            return DROPPED
+        self.log.mark_sent(mark)
+        logger.info("job %s attempt %s %s", self.job["id"], self.job["attempt"], state)
+        return state
+
+    def report(self, fraction, message):
+        """Record progress for the next heartbeat."""
+        self.progress.update(fraction, message)
+
+    def should_stop(self):
+        """Return True once the hub asked to cancel or gave the job away."""
+        return self.heartbeat.cancel.is_set()
+
+
+def run_benchmark(job_run, inputs):
+    """Benchmark the job's model input; return the protocol's benchmark result."""
+    if "model" not in inputs:
+        raise ValueError("a benchmark job needs an input named 'model'")
+    params = job_run.job.get("params") or {}
+    result = benchmark_onnxruntime(
+        inputs["model"], params, progress=job_run.report, should_stop=job_run.should_stop
+    )
+    latency = result["latency_ms"]
+    job_run.log.add(
+        f"benchmark done: p50 {latency['p50']:.3f} ms, p99 {latency['p99']:.3f} ms, "
+        f"{result['throughput_ips']:.1f} inferences/s"
+    )
+    result["fingerprint"] = job_run.fingerprint or fingerprints.collect()
+    return result
+
+
+def run_noop(job_run, inputs):
+    """Do nothing: a noop job measures the hub-broker-worker pipeline itself."""
+    return {}
+
+
+# What this worker can run, by job kind: fn(job_run, inputs) -> result.
+KINDS = {"benchmark": run_benchmark, "noop": run_noop}
+
+
+def _work_for(kind):
+    """Return the function running jobs of this kind, or raise naming the kind."""
+    if kind not in KINDS:
+        raise ValueError(f"this worker cannot run jobs of kind {kind!r}")
+    return KINDS[kind]
+
+
+def _is_lost(error):
+    """Return True when the hub's answer means the job is no longer ours."""
+    return isinstance(error, Conflict) or error.status == 403
+
+
+class _scratch_dir:
+    """A fresh temporary folder for one job, removed afterwards whatever happens."""
+
+    def __init__(self, job_id, root=None):
+        self.job_id, self.root = job_id, root
+
+    def __enter__(self):
+        if self.root is not None:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f"job-{self.job_id}-", dir=self.root))
+        return self.path
+
+    def __exit__(self, *exc_info):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _safe_filename(filename, fallback):
+    """Return the hub's file name if it is a plain name, else fallback."""
+    name = Path(filename or "").name
+    return name if name and name == filename and name not in (".", "..") else fallback
+
+
+def _one_line(error):
+    """Return an error as one short line: its type and first line."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    line = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return line[:ERROR_MAX_CHARS]
