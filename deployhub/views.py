@@ -24,7 +24,7 @@ def _broker_ok():
     from deployhub.celery import app
 
     try:
-        with app.connection_for_write() as conn:
+        with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         return True, "ok"
     except Exception as exc:

@@ -24,6 +24,16 @@ ASSETS = ROOT / "deployhub" / "demo" / "assets"
 PASSWORD = "correct horse battery"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def empty_test_broker():
+    """Start from an empty broker database: a message left by an earlier run is not ours."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_connect_timeout=3)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as exc:
+        pytest.exit(f"Redis at {settings.CELERY_BROKER_URL} is not reachable: {exc}", returncode=1)
+
+
 @pytest.fixture(autouse=True)
 def storage_root(settings, tmp_path):
     """Give every test an empty storage root, so it can check exactly what was stored."""
@@ -95,7 +105,9 @@ def make_device(device_class):
     """Register a device of the class and return (device, token)."""
 
     def make(name=None, cls=None):
-        device = Device(device_class=cls or device_class, name=name or f"dev-{uuid.uuid4().hex[:6]}")
+        device = Device(
+            device_class=cls or device_class, name=name or f"dev-{uuid.uuid4().hex[:6]}"
+        )
         token = device.issue_token()
         device.save()
         return device, token
@@ -117,11 +129,25 @@ class WorkerProcess:
     def __init__(self, hub_url, token, log_path, env=None):
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        command = [sys.executable, "-m", "workers", "run", "--hub", hub_url, "--token", token,
-                   "--broker", settings.CELERY_BROKER_URL]
+        command = [
+            sys.executable,
+            "-m",
+            "workers",
+            "run",
+            "--hub",
+            hub_url,
+            "--token",
+            token,
+            "--broker",
+            settings.CELERY_BROKER_URL,
+        ]
         self.process = subprocess.Popen(
-            command, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, start_new_session=True,
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            start_new_session=True,
         )
 
     def output(self):
@@ -161,10 +187,16 @@ def start_worker(live_server, tmp_path):
         started.append(worker)
         wait_until(
             lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,
-            timeout=60, what=f"worker {device.name} to heartbeat", on_timeout=worker.output,
+            timeout=60,
+            what=f"worker {device.name} to heartbeat",
+            on_timeout=worker.output,
         )
-        wait_until(lambda: "ready" in worker.output(), timeout=60,
-                   what=f"worker {device.name}'s consumer to be ready", on_timeout=worker.output)
+        wait_until(
+            lambda: "ready" in worker.output(),
+            timeout=60,
+            what=f"worker {device.name}'s consumer to be ready",
+            on_timeout=worker.output,
+        )
         return worker
 
     yield start

@@ -11,11 +11,25 @@ from deployhub.jobs.actions import cancel_job, submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
 
 RESULT = {
-    "backend": "onnxruntime", "provider": "CPUExecutionProvider", "batch_size": 1,
-    "warmup_iterations": 5, "iterations": 50, "intra_op_threads": 2,
-    "latency_ms": {"min": 1.0, "p50": 1.2, "p90": 1.5, "p95": 1.6, "p99": 2.0,
-                   "max": 2.5, "mean": 1.3, "std": 0.2},
-    "throughput_ips": 769.2, "peak_rss_mb": 80.0, "rss_growth_mb": 3.0,
+    "backend": "onnxruntime",
+    "provider": "CPUExecutionProvider",
+    "batch_size": 1,
+    "warmup_iterations": 5,
+    "iterations": 50,
+    "intra_op_threads": 2,
+    "latency_ms": {
+        "min": 1.0,
+        "p50": 1.2,
+        "p90": 1.5,
+        "p95": 1.6,
+        "p99": 2.0,
+        "max": 2.5,
+        "mean": 1.3,
+        "std": 0.2,
+    },
+    "throughput_ips": 769.2,
+    "peak_rss_mb": 80.0,
+    "rss_growth_mb": 3.0,
     "fingerprint": {"cpu": {"model": "Test CPU"}},
 }
 
@@ -24,13 +38,21 @@ def call(client, token, path, body=None, method="post"):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
     if method == "get":
         return client.get(f"/api/v1/{path}", **headers)
-    return client.post(f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers)
+    return client.post(
+        f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
+    )
 
 
 @pytest.fixture
 def job(version, device_class, alice):
-    return submit_job(team=version.team, kind=JobKind.BENCHMARK, device_class=device_class,
-                      user=alice, model_version=version, params={"iterations": 50})
+    return submit_job(
+        team=version.team,
+        kind=JobKind.BENCHMARK,
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+        params={"iterations": 50},
+    )
 
 
 def test_it_refuses_calls_without_a_token(client, job):
@@ -119,8 +141,12 @@ def test_it_extends_the_lease_and_records_progress_on_heartbeat(client, job, mak
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     first_lease = Job.objects.get(pk=job.pk).lease_expires_at
-    body = call(client, token, f"jobs/{job.pk}/heartbeat",
-                {"attempt": 1, "progress": 0.4, "message": "measuring", "log": "40 of 100\n"}).json()
+    body = call(
+        client,
+        token,
+        f"jobs/{job.pk}/heartbeat",
+        {"attempt": 1, "progress": 0.4, "message": "measuring", "log": "40 of 100\n"},
+    ).json()
     job.refresh_from_db()
     assert job.lease_expires_at > first_lease
     assert job.progress == 0.4 and job.message == "measuring" and "40 of 100" in job.log
@@ -148,8 +174,12 @@ def test_it_refuses_another_devices_heartbeat_with_403(client, job, make_device)
 def test_it_stores_a_benchmark_result_with_the_completion(client, job, make_device):
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
-    response = call(client, token, f"jobs/{job.pk}/complete",
-                    {"attempt": 1, "state": "succeeded", "result": RESULT, "log": "done\n"})
+    response = call(
+        client,
+        token,
+        f"jobs/{job.pk}/complete",
+        {"attempt": 1, "state": "succeeded", "result": RESULT, "log": "done\n"},
+    )
     assert response.status_code == 200
     run = BenchmarkRun.objects.get(job=job)
     assert run.latency_p50_ms == 1.2 and run.latency_p99_ms == 2.0 and run.throughput_ips == 769.2
@@ -171,8 +201,12 @@ def test_it_refuses_a_completion_with_a_stale_attempt_and_changes_nothing(client
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     Job.objects.filter(pk=job.pk).update(attempt=2, state=JobState.QUEUED, device=None)
     before = Job.objects.get(pk=job.pk)
-    response = call(client, token, f"jobs/{job.pk}/complete",
-                    {"attempt": 1, "state": "succeeded", "result": RESULT})
+    response = call(
+        client,
+        token,
+        f"jobs/{job.pk}/complete",
+        {"attempt": 1, "state": "succeeded", "result": RESULT},
+    )
     assert response.status_code == 409
     after = Job.objects.get(pk=job.pk)
     assert (after.state, after.attempt, after.log) == (before.state, before.attempt, before.log)
@@ -182,8 +216,12 @@ def test_it_refuses_a_completion_with_a_stale_attempt_and_changes_nothing(client
 def test_it_rejects_a_malformed_result_and_keeps_the_job_running(client, job, make_device):
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
-    response = call(client, token, f"jobs/{job.pk}/complete",
-                    {"attempt": 1, "state": "succeeded", "result": {"backend": "x"}})
+    response = call(
+        client,
+        token,
+        f"jobs/{job.pk}/complete",
+        {"attempt": 1, "state": "succeeded", "result": {"backend": "x"}},
+    )
     assert response.status_code == 400
     assert "malformed" in response.json()["error"]
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
@@ -191,8 +229,12 @@ def test_it_rejects_a_malformed_result_and_keeps_the_job_running(client, job, ma
 
 def test_it_rejects_a_body_that_is_not_json(client, job, make_device):
     _, token = make_device()
-    response = client.post(f"/api/v1/jobs/{job.pk}/claim", b"{not json",
-                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/claim",
+        b"{not json",
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert response.status_code == 400
 
 
@@ -214,23 +256,29 @@ def test_it_stores_an_artifact_of_the_running_attempt(client, job, make_device):
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     upload = SimpleUploadedFile("../../engine.bin", b"engine bytes")
-    response = client.post(f"/api/v1/jobs/{job.pk}/artifacts",
-                           {"attempt": 1, "name": "../../engine.bin", "file": upload},
-                           HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/artifacts",
+        {"attempt": 1, "name": "../../engine.bin", "file": upload},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert response.status_code == 201
     artifact = job.artifacts.get()
     assert artifact.sha256 == hashlib.sha256(b"engine bytes").hexdigest()
     assert artifact.name == "engine.bin" and ".." not in artifact.file.name
 
 
-def test_it_refuses_an_artifact_from_a_stale_attempt_and_keeps_no_file(client, job, make_device, settings):
+def test_it_refuses_an_artifact_from_a_stale_attempt_and_keeps_no_file(
+    client, job, make_device, settings
+):
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     Job.objects.filter(pk=job.pk).update(attempt=2)
     upload = SimpleUploadedFile("engine.bin", b"late engine")
-    response = client.post(f"/api/v1/jobs/{job.pk}/artifacts",
-                           {"attempt": 1, "name": "engine.bin", "file": upload},
-                           HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/artifacts",
+        {"attempt": 1, "name": "engine.bin", "file": upload},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert response.status_code == 409
     assert not job.artifacts.exists()
     assert list(settings.FILE_UPLOAD_TEMP_DIR.iterdir()) == []

@@ -11,8 +11,13 @@ from deployhub.jobs.models import Job, JobKind, JobState
 
 @pytest.fixture
 def running_job(version, device_class, alice, make_device):
-    job = submit_job(team=version.team, kind=JobKind.BENCHMARK, device_class=device_class,
-                     user=alice, model_version=version)
+    job = submit_job(
+        team=version.team,
+        kind=JobKind.BENCHMARK,
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+    )
     device, _ = make_device()
     return claim_job(job.pk, device, 1)
 

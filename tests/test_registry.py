@@ -13,8 +13,15 @@ def stored_files(settings):
 
 def upload(client, model_file, name="digits", filename="digits.onnx", data=None):
     content = data if data is not None else model_file.read_bytes()
-    return client.post("/models/", {"name": name, "description": "", "notes": "first",
-                                    "file": SimpleUploadedFile(filename, content)})
+    return client.post(
+        "/models/",
+        {
+            "name": name,
+            "description": "",
+            "notes": "first",
+            "file": SimpleUploadedFile(filename, content),
+        },
+    )
 
 
 def test_it_stores_an_uploaded_onnx_model_with_its_signature(client, alice, model_file, settings):
@@ -44,7 +51,9 @@ def test_the_version_page_shows_the_signature(client, alice, version):
         ("empty.onnx", b"", "The submitted file is empty"),
     ],
 )
-def test_it_refuses_a_file_that_is_not_onnx(client, alice, model_file, settings, filename, data, reason):
+def test_it_refuses_a_file_that_is_not_onnx(
+    client, alice, model_file, settings, filename, data, reason
+):
     client.login(username="alice", password=PASSWORD)
     response = upload(client, model_file, filename=filename, data=data)
     assert response.status_code == 200
@@ -63,11 +72,15 @@ def test_it_refuses_a_truncated_onnx_file(client, alice, model_file, settings):
     assert not Model.objects.exists() and stored_files(settings) == []
 
 
-def test_it_points_to_the_existing_version_instead_of_storing_a_duplicate(client, alice, version, model_file, settings):
+def test_it_points_to_the_existing_version_instead_of_storing_a_duplicate(
+    client, alice, version, model_file, settings
+):
     client.login(username="alice", password=PASSWORD)
     files_before = stored_files(settings)
-    response = client.post(f"/models/{version.model.pk}/",
-                           {"notes": "", "file": SimpleUploadedFile("again.onnx", model_file.read_bytes())})
+    response = client.post(
+        f"/models/{version.model.pk}/",
+        {"notes": "", "file": SimpleUploadedFile("again.onnx", model_file.read_bytes())},
+    )
     page = response.content.decode()
     assert "already" in page and f"/versions/{version.pk}/" in page
     assert version.model.versions.count() == 1 and stored_files(settings) == files_before
@@ -78,8 +91,10 @@ def test_it_adds_the_next_version_number(client, alice, version):
     from tests.conftest import ASSETS
 
     v1 = (ASSETS / "digits_cnn_v1.onnx").read_bytes()
-    response = client.post(f"/models/{version.model.pk}/",
-                           {"notes": "narrow", "file": SimpleUploadedFile("v1.onnx", v1)})
+    response = client.post(
+        f"/models/{version.model.pk}/",
+        {"notes": "narrow", "file": SimpleUploadedFile("v1.onnx", v1)},
+    )
     new = version.model.versions.get(number=2)
     assert response["Location"] == f"/versions/{new.pk}/"
 

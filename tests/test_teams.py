@@ -9,15 +9,25 @@ from tests.conftest import PASSWORD
 
 @pytest.fixture
 def job(version, device_class, alice):
-    return submit_job(team=version.team, kind=JobKind.BENCHMARK, device_class=device_class,
-                      user=alice, model_version=version)
+    return submit_job(
+        team=version.team,
+        kind=JobKind.BENCHMARK,
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+    )
 
 
 def test_it_hides_another_teams_objects(client, charlie, version, device_class, job):
     client.login(username="charlie", password=PASSWORD)
-    for url in [f"/models/{version.model.pk}/", f"/versions/{version.pk}/",
-                f"/devices/classes/{device_class.pk}/", f"/jobs/{job.pk}/",
-                f"/jobs/{job.pk}/status", f"/versions/{version.pk}/results"]:
+    for url in [
+        f"/models/{version.model.pk}/",
+        f"/versions/{version.pk}/",
+        f"/devices/classes/{device_class.pk}/",
+        f"/jobs/{job.pk}/",
+        f"/jobs/{job.pk}/status",
+        f"/versions/{version.pk}/results",
+    ]:
         assert client.get(url).status_code == 404, url
     assert "digits-cnn" not in client.get("/models/").content.decode()
     assert f"#{job.pk}" not in client.get("/jobs/").content.decode()
@@ -31,18 +41,25 @@ def test_it_lets_a_team_member_see_the_teams_objects(client, bob, version, job):
 
 def test_a_viewer_cannot_start_a_benchmark(client, vera, version, device_class):
     client.login(username="vera", password=PASSWORD)
-    response = client.post(f"/versions/{version.pk}/benchmark",
-                           {"device_class": device_class.pk, "batch_size": 1,
-                            "warmup_iterations": 1, "iterations": 5})
+    response = client.post(
+        f"/versions/{version.pk}/benchmark",
+        {"device_class": device_class.pk, "batch_size": 1, "warmup_iterations": 1, "iterations": 5},
+    )
     assert response.status_code == 403
     assert not Job.objects.exists()
 
 
 def test_an_engineer_queues_a_benchmark_from_the_version_page(client, bob, version, device_class):
     client.login(username="bob", password=PASSWORD)
-    response = client.post(f"/versions/{version.pk}/benchmark",
-                           {"device_class": device_class.pk, "batch_size": 2,
-                            "warmup_iterations": 3, "iterations": 40})
+    response = client.post(
+        f"/versions/{version.pk}/benchmark",
+        {
+            "device_class": device_class.pk,
+            "batch_size": 2,
+            "warmup_iterations": 3,
+            "iterations": 40,
+        },
+    )
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"#job-{job.pk}")
     assert job.params == {"batch_size": 2, "warmup_iterations": 3, "iterations": 40}
@@ -54,13 +71,16 @@ def test_it_refuses_a_benchmark_on_another_teams_device_class(client, alice, cha
 
     acme_class = DeviceClass.objects.create(team=charlie.memberships.get().team, slug="acme-only")
     client.login(username="alice", password=PASSWORD)
-    client.post(f"/versions/{version.pk}/benchmark",
-                {"device_class": acme_class.pk, "batch_size": 1, "warmup_iterations": 1,
-                 "iterations": 5})
+    client.post(
+        f"/versions/{version.pk}/benchmark",
+        {"device_class": acme_class.pk, "batch_size": 1, "warmup_iterations": 1, "iterations": 5},
+    )
     assert not Job.objects.exists()
 
 
-def test_only_an_admin_registers_devices_and_the_token_is_shown_once(client, alice, bob, device_class):
+def test_only_an_admin_registers_devices_and_the_token_is_shown_once(
+    client, alice, bob, device_class
+):
     client.login(username="bob", password=PASSWORD)
     url = f"/devices/classes/{device_class.pk}/"
     assert client.post(url, {"name": "edge-1"}).status_code == 403

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from workers.errors import Cancelled
+from workers.errors import Cancelled, JobError
 
 BYTES_PER_MB = 2**20
 RSS_SAMPLE_SECONDS = 0.005
@@ -105,7 +105,7 @@ def input_shape(meta, batch_size):
         elif position == 0:
             shape.append(batch_size)
         else:
-            raise ValueError(
+            raise JobError(
                 f"input {meta.name!r} has a symbolic dimension {dim!r} at position {position}; "
                 "only the batch dimension (position 0) may be symbolic: export the model "
                 "with fixed height, width and sequence length"
@@ -266,9 +266,9 @@ def _result(settings, provider, samples, rss):
 
 
 def _check_at_least(value, minimum, name):
-    """Raise ValueError naming the param when value is below minimum."""
+    """Raise JobError naming the param when value is below minimum."""
     if value < minimum:
-        raise ValueError(f"benchmark param {name} must be at least {minimum}, got {value}")
+        raise JobError(f"benchmark param {name} must be at least {minimum}, got {value}")
 
 
 def _check_batch_is_fed(input_metas, batch_size):
@@ -277,7 +277,7 @@ def _check_batch_is_fed(input_metas, batch_size):
     if not batch_dims or not all(_is_fixed(dim) for dim in batch_dims):
         return
     if batch_dims[0] != batch_size:
-        raise ValueError(
+        raise JobError(
             f"batch_size is {batch_size} but the model's batch dimension is fixed at "
             f"{batch_dims[0]}; export it with a symbolic batch dimension to change it"
         )
@@ -293,7 +293,7 @@ def _random_array(rng, meta, shape):
     dtype = DTYPES.get(meta.type)
     if dtype is None:
         supported = ", ".join(DTYPES)
-        raise ValueError(f"input {meta.name!r} has type {meta.type}; supported: {supported}")
+        raise JobError(f"input {meta.name!r} has type {meta.type}; supported: {supported}")
     if dtype is np.bool_:
         return rng.random(shape) < 0.5
     if dtype is np.uint8:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import requests
 
+from workers.errors import JobError
+
 API_PREFIX = "/api/v1/"
 # Statuses a restarting hub or its proxy answers; anything else is final.
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -39,7 +41,7 @@ class HubUnreachable(HubError):
         super().__init__(None, message, request)
 
 
-class InputMismatch(Exception):
+class InputMismatch(JobError):
     """A downloaded input does not have the size or sha256 the hub announced."""
 
 

@@ -10,13 +10,14 @@ import shutil
 import tempfile
 import threading
 import traceback
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
 from workers.benchmark import benchmark_onnxruntime
 from workers.client import Conflict, HubError
-from workers.errors import Cancelled
+from workers.errors import Cancelled, JobError
 
 __all__ = ["Cancelled", "run_job"]
 
@@ -30,11 +31,11 @@ DROPPED = "dropped"
 def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None):
     """Run one attempt of a job; return its final state, or "dropped"."""
     try:
-        job = client.claim(job_id, attempt)
+        job = {**client.claim(job_id, attempt), "id": job_id, "attempt": attempt}
     except HubError as error:
         if not _is_lost(error):
             raise
-        logger.info("job %s attempt %s not claimed, dropping the message: %s", job_id, attempt, error)
+        logger.info("job %s attempt %s not claimed, message dropped: %s", job_id, attempt, error)
         return DROPPED
     return JobRun(client, job, fingerprint).run(workdir_root)
 
@@ -92,7 +93,9 @@ class JobHeartbeat:
         self.cancel = threading.Event()
         self.lost = False
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"job-{self.job_id}-heartbeat")
+        self._thread = threading.Thread(
+            target=self._loop, name=f"job-{self.job_id}-heartbeat", daemon=True
+        )
 
     def __enter__(self):
         self._thread.start()
@@ -188,8 +191,10 @@ class JobRun:
             self.client.complete(
                 self.job["id"], self.job["attempt"], state, result=result, error=error, log=log
             )
-        except Conflict as conflict:
-            logger.info("job %s completion refused, dropping: %s", self.job["id"], conflict)
+        except HubError as refused:
+            if not _is_lost(refused):
+                raise
+            logger.info("job %s completion refused, dropping: %s", self.job["id"], refused)
             return DROPPED
         self.log.mark_sent(mark)
         logger.info("job %s attempt %s %s", self.job["id"], self.job["attempt"], state)
@@ -207,7 +212,7 @@ class JobRun:
 def run_benchmark(job_run, inputs):
     """Benchmark the job's model input; return the protocol's benchmark result."""
     if "model" not in inputs:
-        raise ValueError("a benchmark job needs an input named 'model'")
+        raise JobError("a benchmark job needs an input named 'model'")
     params = job_run.job.get("params") or {}
     result = benchmark_onnxruntime(
         inputs["model"], params, progress=job_run.report, should_stop=job_run.should_stop
@@ -233,7 +238,7 @@ KINDS = {"benchmark": run_benchmark, "noop": run_noop}
 def _work_for(kind):
     """Return the function running jobs of this kind, or raise naming the kind."""
     if kind not in KINDS:
-        raise ValueError(f"this worker cannot run jobs of kind {kind!r}")
+        raise JobError(f"this worker cannot run jobs of kind {kind!r}")
     return KINDS[kind]
 
 
@@ -242,20 +247,16 @@ def _is_lost(error):
     return isinstance(error, Conflict) or error.status == 403
 
 
-class _scratch_dir:
-    """A fresh temporary folder for one job, removed afterwards whatever happens."""
-
-    def __init__(self, job_id, root=None):
-        self.job_id, self.root = job_id, root
-
-    def __enter__(self):
-        if self.root is not None:
-            Path(self.root).mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f"job-{self.job_id}-", dir=self.root))
-        return self.path
-
-    def __exit__(self, *exc_info):
-        shutil.rmtree(self.path, ignore_errors=True)
+@contextmanager
+def _scratch_dir(job_id, root=None):
+    """Yield a fresh temporary folder for one job and remove it afterwards."""
+    if root is not None:
+        Path(root).mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"job-{job_id}-", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _safe_filename(filename, fallback):
@@ -265,7 +266,9 @@ def _safe_filename(filename, fallback):
 
 
 def _one_line(error):
-    """Return an error as one short line: its type and first line."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    line = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return line[:ERROR_MAX_CHARS]
+    """Return an error as one short line; name its type unless it is a JobError."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else ""
+    if not isinstance(error, JobError):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text[:ERROR_MAX_CHARS]

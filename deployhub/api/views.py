@@ -211,6 +211,11 @@ def upload_artifact(request, device, job_id):
         job, device, _attempt(request.POST.get("attempt")), request.POST["name"], upload
     )
     return JsonResponse(
-        {"id": artifact.pk, "name": artifact.name, "sha256": artifact.sha256, "size": artifact.size},
+        {
+            "id": artifact.pk,
+            "name": artifact.name,
+            "sha256": artifact.sha256,
+            "size": artifact.size,
+        },
         status=201,
     )

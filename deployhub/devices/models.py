@@ -88,7 +88,9 @@ class DeviceQuerySet(models.QuerySet):
         """Return the device holding this token, or None."""
         if not token or not token.startswith(TOKEN_PREFIX):
             return None
-        return self.select_related("device_class__team").filter(token_hash=hash_token(token)).first()
+        return (
+            self.select_related("device_class__team").filter(token_hash=hash_token(token)).first()
+        )
 
 
 class Device(models.Model):

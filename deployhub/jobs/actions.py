@@ -122,7 +122,12 @@ def heartbeat_job(job_id, device, attempt, progress=None, message=None, log=""):
 
 
 def _is_repeat(job, device, attempt, state):
-    return job.is_final and job.state == state and job.device_id == device.pk and job.attempt == attempt
+    return (
+        job.is_final
+        and job.state == state
+        and job.device_id == device.pk
+        and job.attempt == attempt
+    )
 
 
 def complete_job(job_id, device, attempt, state, result=None, error="", log=""):

@@ -26,10 +26,12 @@ def store_artifact(job, device, attempt, name, upload):
             path = artifact_path(sha256)
             place(tmp_path, path)
             return Artifact.objects.create(
-                job=job, attempt=attempt, name=Path(name).name[:100], file=path,
-                sha256=sha256, size=size,
+                job=job,
+                attempt=attempt,
+                name=Path(name).name[:100],
+                file=path,
+                sha256=sha256,
+                size=size,
             )
     finally:
         tmp_path.unlink(missing_ok=True)
-
-

@@ -45,7 +45,9 @@ class JobKind(ChoiceSet):
 
 class JobQuerySet(models.QuerySet):
     def for_team(self, team):
-        return self.filter(team=team).select_related("model_version__model", "device_class", "device")
+        return self.filter(team=team).select_related(
+            "model_version__model", "device_class", "device"
+        )
 
     def active(self):
         return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
@@ -60,7 +62,11 @@ class Job(models.Model):
         max_length=20, choices=JobState.choices(), default=JobState.QUEUED, db_index=True
     )
     model_version = models.ForeignKey(
-        "registry.ModelVersion", null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+        "registry.ModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="jobs",
     )
     device_class = models.ForeignKey(
         "devices.DeviceClass", on_delete=models.CASCADE, related_name="jobs"

@@ -18,7 +18,7 @@ class BenchmarkForm(forms.Form):
     device_class = forms.ModelChoiceField(queryset=DeviceClass.objects.none(), empty_label=None)
     batch_size = forms.IntegerField(min_value=1, max_value=1024, initial=1)
     warmup_iterations = forms.IntegerField(min_value=0, max_value=10_000, initial=10)
-    iterations = forms.IntegerField(min_value=1, max_value=100_000, initial=200)
+    iterations = forms.IntegerField(min_value=1, max_value=1_000_000, initial=1000)
 
     def __init__(self, *args, team, **kwargs):
         super().__init__(*args, **kwargs)

@@ -76,9 +76,9 @@ class ModelVersion(models.Model):
     def __str__(self):
         return f"{self.model.name} v{self.number}"
 
+    def get_absolute_url(self):
+        return reverse("version_detail", args=[self.pk])
+
     @property
     def team(self):
         return self.model.team
-
-    def get_absolute_url(self):
-        return reverse("version_detail", args=[self.pk])

@@ -49,7 +49,9 @@ def _create_model(request, team, form):
     try:
         with transaction.atomic():
             model = Model.objects.create(
-                team=team, name=data["name"], description=data["description"],
+                team=team,
+                name=data["name"],
+                description=data["description"],
                 created_by=request.user,
             )
             create_version(model, data["file"], request.user, notes=data["notes"])

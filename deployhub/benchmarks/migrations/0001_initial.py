@@ -5,46 +5,74 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('devices', '0001_initial'),
-        ('jobs', '0001_initial'),
-        ('registry', '0001_initial'),
+        ("devices", "0001_initial"),
+        ("jobs", "0001_initial"),
+        ("registry", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BenchmarkRun',
+            name="BenchmarkRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('backend', models.CharField(max_length=40)),
-                ('provider', models.CharField(blank=True, max_length=60)),
-                ('batch_size', models.PositiveIntegerField()),
-                ('warmup_iterations', models.PositiveIntegerField()),
-                ('iterations', models.PositiveIntegerField()),
-                ('intra_op_threads', models.PositiveIntegerField(default=0)),
-                ('latency_min_ms', models.FloatField()),
-                ('latency_p50_ms', models.FloatField()),
-                ('latency_p90_ms', models.FloatField()),
-                ('latency_p95_ms', models.FloatField()),
-                ('latency_p99_ms', models.FloatField()),
-                ('latency_max_ms', models.FloatField()),
-                ('latency_mean_ms', models.FloatField()),
-                ('latency_std_ms', models.FloatField()),
-                ('throughput_ips', models.FloatField()),
-                ('peak_rss_mb', models.FloatField(null=True)),
-                ('rss_growth_mb', models.FloatField(null=True)),
-                ('fingerprint', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('device', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to='devices.device')),
-                ('device_class', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to='devices.deviceclass')),
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='benchmark', to='jobs.job')),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='benchmarks', to='registry.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("backend", models.CharField(max_length=40)),
+                ("provider", models.CharField(blank=True, max_length=60)),
+                ("batch_size", models.PositiveIntegerField()),
+                ("warmup_iterations", models.PositiveIntegerField()),
+                ("iterations", models.PositiveIntegerField()),
+                ("intra_op_threads", models.PositiveIntegerField(default=0)),
+                ("latency_min_ms", models.FloatField()),
+                ("latency_p50_ms", models.FloatField()),
+                ("latency_p90_ms", models.FloatField()),
+                ("latency_p95_ms", models.FloatField()),
+                ("latency_p99_ms", models.FloatField()),
+                ("latency_max_ms", models.FloatField()),
+                ("latency_mean_ms", models.FloatField()),
+                ("latency_std_ms", models.FloatField()),
+                ("throughput_ips", models.FloatField()),
+                ("peak_rss_mb", models.FloatField(null=True)),
+                ("rss_growth_mb", models.FloatField(null=True)),
+                ("fingerprint", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "device",
+                    models.ForeignKey(
+                        null=True, on_delete=django.db.models.deletion.SET_NULL, to="devices.device"
+                    ),
+                ),
+                (
+                    "device_class",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to="devices.deviceclass"
+                    ),
+                ),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="benchmark",
+                        to="jobs.job",
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="benchmarks",
+                        to="registry.modelversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]

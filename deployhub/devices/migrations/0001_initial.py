@@ -5,50 +5,93 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('teams', '0001_initial'),
+        ("teams", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DeviceClass',
+            name="DeviceClass",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(help_text='Also names its queue.', unique=True)),
-                ('name', models.CharField(max_length=100)),
-                ('description', models.TextField(blank=True)),
-                ('serving_pattern', models.CharField(choices=[('realtime', 'Real-time (per-frame latency budget)'), ('batch', 'Batch (throughput target)')], default='realtime', max_length=20)),
-                ('frame_budget_ms', models.FloatField(default=33.3, help_text='Per-frame latency budget in milliseconds (30 fps = 33.3 ms).')),
-                ('throughput_target_ips', models.FloatField(blank=True, null=True)),
-                ('memory_limit_mb', models.PositiveIntegerField(blank=True, null=True)),
-                ('backends', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='device_classes', to='teams.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(help_text="Also names its queue.", unique=True)),
+                ("name", models.CharField(max_length=100)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "serving_pattern",
+                    models.CharField(
+                        choices=[
+                            ("realtime", "Real-time (per-frame latency budget)"),
+                            ("batch", "Batch (throughput target)"),
+                        ],
+                        default="realtime",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "frame_budget_ms",
+                    models.FloatField(
+                        default=33.3,
+                        help_text="Per-frame latency budget in milliseconds (30 fps = 33.3 ms).",
+                    ),
+                ),
+                ("throughput_target_ips", models.FloatField(blank=True, null=True)),
+                ("memory_limit_mb", models.PositiveIntegerField(blank=True, null=True)),
+                ("backends", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="device_classes",
+                        to="teams.team",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'device classes',
-                'ordering': ['slug'],
+                "verbose_name_plural": "device classes",
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='Device',
+            name="Device",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('token_hint', models.CharField(blank=True, editable=False, max_length=12)),
-                ('fingerprint', models.JSONField(blank=True, default=dict)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('draining', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('device_class', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='devices', to='devices.deviceclass')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                ("token_hint", models.CharField(blank=True, editable=False, max_length=12)),
+                ("fingerprint", models.JSONField(blank=True, default=dict)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("draining", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "device_class",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="devices",
+                        to="devices.deviceclass",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['device_class', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('device_class', 'name'), name='device_name_unique')],
+                "ordering": ["device_class", "name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("device_class", "name"), name="device_name_unique"
+                    )
+                ],
             },
         ),
     ]

@@ -6,60 +6,143 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('devices', '0001_initial'),
-        ('registry', '0001_initial'),
-        ('teams', '0001_initial'),
+        ("devices", "0001_initial"),
+        ("registry", "0001_initial"),
+        ("teams", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('benchmark', 'Benchmark'), ('noop', 'No-op (pipeline check)'), ('export', 'Export'), ('compile', 'Compile'), ('evaluate', 'Evaluate'), ('parity', 'Preprocessing parity')], max_length=20)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=20)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('attempt', models.PositiveIntegerField(default=1)),
-                ('max_attempts', models.PositiveIntegerField(default=3)),
-                ('lease_expires_at', models.DateTimeField(blank=True, db_index=True, null=True)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('progress', models.FloatField(default=0.0)),
-                ('message', models.CharField(blank=True, max_length=200)),
-                ('log', models.TextField(blank=True)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('device', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='jobs', to='devices.device')),
-                ('device_class', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='devices.deviceclass')),
-                ('model_version', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='registry.modelversion')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='teams.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("benchmark", "Benchmark"),
+                            ("noop", "No-op (pipeline check)"),
+                            ("export", "Export"),
+                            ("compile", "Compile"),
+                            ("evaluate", "Evaluate"),
+                            ("parity", "Preprocessing parity"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=20,
+                    ),
+                ),
+                ("params", models.JSONField(blank=True, default=dict)),
+                ("attempt", models.PositiveIntegerField(default=1)),
+                ("max_attempts", models.PositiveIntegerField(default=3)),
+                ("lease_expires_at", models.DateTimeField(blank=True, db_index=True, null=True)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("progress", models.FloatField(default=0.0)),
+                ("message", models.CharField(blank=True, max_length=200)),
+                ("log", models.TextField(blank=True)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "device",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="jobs",
+                        to="devices.device",
+                    ),
+                ),
+                (
+                    "device_class",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="devices.deviceclass",
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="registry.modelversion",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="teams.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt', models.PositiveIntegerField()),
-                ('name', models.CharField(max_length=100)),
-                ('file', models.FileField(max_length=255, upload_to='')),
-                ('sha256', models.CharField(max_length=64)),
-                ('size', models.BigIntegerField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField()),
+                ("name", models.CharField(max_length=100)),
+                ("file", models.FileField(max_length=255, upload_to="")),
+                ("sha256", models.CharField(max_length=64)),
+                ("size", models.BigIntegerField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="artifacts",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'name'],
+                "ordering": ["job", "name"],
             },
         ),
     ]

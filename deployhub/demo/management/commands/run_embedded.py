@@ -52,13 +52,54 @@ class Command(BaseCommand):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         broker = settings.CELERY_BROKER_URL
         commands = {
-            "web": [python, "-m", "gunicorn", "deployhub.wsgi", "--bind", f"{host}:{port}",
-                    "--workers", "2", "--threads", "4", "--access-logfile", "-", "--log-level", "warning"],
-            "hub-worker": [python, "-m", "celery", "-A", "deployhub", "worker", "--beat", "-Q", "hub",
-                           "-P", "solo", "-l", "WARNING", "--without-gossip", "--without-mingle",
-                           "--without-heartbeat", "-n", "hub@%h"],
-            "local-worker": [python, "-m", "workers", "run", "--hub", url, "--token", token,
-                             "--broker", broker],
+            "web": [
+                python,
+                "-m",
+                "gunicorn",
+                "deployhub.wsgi",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--access-logfile",
+                "-",
+                "--log-level",
+                "warning",
+            ],
+            "hub-worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "deployhub",
+                "worker",
+                "--beat",
+                "-Q",
+                "hub",
+                "-P",
+                "solo",
+                "-l",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                "hub@%h",
+            ],
+            "local-worker": [
+                python,
+                "-m",
+                "workers",
+                "run",
+                "--hub",
+                url,
+                "--token",
+                token,
+                "--broker",
+                broker,
+            ],
         }
         return {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
 
@@ -74,12 +115,14 @@ class Command(BaseCommand):
         raise CommandError(f"The hub did not answer on {url}/healthz within {timeout} s.")
 
     def announce(self, url):
-        self.stdout.write(self.style.SUCCESS(
-            f"\nDeployHub is running at {url}/\n"
-            f"  log in as alice / {demo_password()}  (admin of team Demo)\n"
-            f"  also bob (reviewer, Demo) and charlie (admin, Acme Robotics), same password\n"
-            f"  data in {settings.VAR_DIR}; press Ctrl-C to stop.\n"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nDeployHub is running at {url}/\n"
+                f"  log in as alice / {demo_password()}  (admin of team Demo)\n"
+                f"  also bob (reviewer, Demo) and charlie (admin, Acme Robotics), same password\n"
+                f"  data in {settings.VAR_DIR}; press Ctrl-C to stop.\n"
+            )
+        )
 
     def check_alive(self):
         for name, process in self.processes.items():

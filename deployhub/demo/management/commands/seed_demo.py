@@ -41,8 +41,10 @@ class Command(BaseCommand):
 
     def seed_teams(self):
         names = {"demo": "Demo", "acme": "Acme Robotics"}
-        return {slug: Team.objects.get_or_create(slug=slug, defaults={"name": name})[0]
-                for slug, name in names.items()}
+        return {
+            slug: Team.objects.get_or_create(slug=slug, defaults={"name": name})[0]
+            for slug, name in names.items()
+        }
 
     def seed_users(self, teams):
         User = get_user_model()
@@ -51,7 +53,9 @@ class Command(BaseCommand):
             if created:
                 user.set_password(demo_password())
                 user.save()
-            Membership.objects.get_or_create(user=user, team=teams[team_slug], defaults={"role": role})
+            Membership.objects.get_or_create(
+                user=user, team=teams[team_slug], defaults={"role": role}
+            )
 
     def seed_device_class(self, team):
         device_class, _ = DeviceClass.objects.get_or_create(
@@ -83,6 +87,9 @@ class Command(BaseCommand):
                 continue
             with open(ASSETS / entry["file"], "rb") as handle:
                 create_version(
-                    model, File(handle, name=entry["file"]), alice,
-                    notes=entry.get("notes", ""), preprocessing=manifest.get("preprocessing"),
+                    model,
+                    File(handle, name=entry["file"]),
+                    alice,
+                    notes=entry.get("notes", ""),
+                    preprocessing=manifest.get("preprocessing"),
                 )

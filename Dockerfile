@@ -1,0 +1,15 @@
+# One image for the hub (web, hub worker) and CPU device workers.
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+COPY pyproject.toml README.md manage.py ./
+COPY deployhub ./deployhub
+COPY workers ./workers
+COPY templates ./templates
+COPY static ./static
+ARG EXTRAS=web,worker
+RUN pip install ".[${EXTRAS}]"
+RUN useradd --create-home deployhub && mkdir -p /data && chown deployhub /data
+USER deployhub
+ENV DEPLOYHUB_VAR_DIR=/data
+EXPOSE 8000

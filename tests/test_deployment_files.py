@@ -1,0 +1,60 @@
+"""The compose stack and the CI entry run only commands that exist in this project."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+from django.core.management import get_commands
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def compose_commands(text):
+    """Return the command lists of every service, commented GPU worker included."""
+    uncommented = re.sub(r"^  # (?=gpu-worker:|  )", "  ", text, flags=re.MULTILINE)
+    services = yaml.safe_load(uncommented)["services"]
+    return {name: svc["command"] for name, svc in services.items() if "command" in svc}
+
+
+def check_command(command):
+    """Return a reason when the command names something this project does not have."""
+    program, args = command[0], command[1:]
+    if program == "python" and args[0] == "manage.py":
+        return None if args[1] in get_commands() else f"no management command {args[1]}"
+    if program == "celery":
+        app = args[args.index("-A") + 1]
+        return None if (ROOT / app / "celery.py").exists() else f"no Celery app {app}"
+    if program == "gunicorn":
+        module = args[0].split(":")[0].replace(".", "/") + ".py"
+        return None if (ROOT / module).exists() else f"no WSGI module {args[0]}"
+    if program in PYPROJECT["project"]["scripts"]:
+        target = PYPROJECT["project"]["scripts"][program].split(":")[0]
+        return None if (ROOT / (target.replace(".", "/") + ".py")).exists() else f"no {target}"
+    if program in ("redis-server", "pg_isready"):
+        return None
+    return f"unknown program {program}"
+
+
+def test_every_compose_command_exists_in_the_project():
+    commands = compose_commands((ROOT / "docker-compose.yml").read_text())
+    assert {"web", "hub-worker", "cpu-worker", "gpu-worker", "migrate"} <= set(commands)
+    problems = {name: check_command(cmd) for name, cmd in commands.items()}
+    assert {name: why for name, why in problems.items() if why} == {}
+
+
+def test_the_check_catches_a_command_that_does_not_exist():
+    assert check_command(["python", "manage.py", "no_such_command"])
+    assert check_command(["deployhub-nothing", "run"])
+
+
+def test_the_hub_worker_runs_beat_for_the_reaper():
+    command = compose_commands((ROOT / "docker-compose.yml").read_text())["hub-worker"]
+    assert "--beat" in command and "hub" in command
+
+
+def test_ci_runs_make_test_and_nothing_else():
+    lines = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
+    commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands == ["make test"]

@@ -1,0 +1,219 @@
+"""The worker's HTTP client against a tiny hub stand-in speaking docs/protocol.md."""
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from workers.client import (
+    Conflict,
+    HubClient,
+    HubError,
+    HubUnreachable,
+    InputMismatch,
+    Unauthorized,
+)
+
+TOKEN = "device-token-123"
+MODEL_BYTES = b"not really onnx, but bytes all the same"
+MODEL_SHA256 = hashlib.sha256(MODEL_BYTES).hexdigest()
+
+
+class FakeHubForClientTest:
+    """Answer each (method, path) with scripted responses, recording every request."""
+
+    def __init__(self):
+        self.script = {}
+        self.requests = []
+        handler = type("Handler", (_ScriptedHandler,), {"hub": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        serve = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
+        serve.start()
+
+    def answer(self, method, path, *responses):
+        """Queue responses (status, body) for a path; the last one repeats."""
+        self.script[(method, "/api/v1/" + path)] = list(responses)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    hub = None
+
+    def do_GET(self):
+        self._answer()
+
+    def do_POST(self):
+        self._answer()
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        self.hub.requests.append((self.command, self.path, dict(self.headers), body))
+        responses = self.hub.script.get((self.command, self.path), [(404, {"error": "no route"})])
+        status, payload = responses.pop(0) if len(responses) > 1 else responses[0]
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hub():
+    hub = FakeHubForClientTest()
+    yield hub
+    hub.close()
+
+
+@pytest.fixture
+def client(hub):
+    return HubClient(hub.url, TOKEN, timeout=5, backoff=0.01)
+
+
+def test_it_sends_the_device_token_as_a_bearer_header(hub, client):
+    hub.answer("GET", "device", (200, {"name": "local-cpu-1", "queue": "dc.local-cpu"}))
+
+    device = client.whoami()
+
+    assert device["queue"] == "dc.local-cpu"
+    method, path, headers, _ = hub.requests[0]
+    assert (method, path) == ("GET", "/api/v1/device")
+    assert headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_it_posts_json_bodies_without_the_fields_left_out(hub, client):
+    hub.answer("POST", "jobs/12/heartbeat", (200, {"cancel_requested": False}))
+    hub.answer("POST", "jobs/12/complete", (200, {}))
+
+    client.job_heartbeat(12, 2, progress=0.5, message="measuring")
+    client.complete(12, 2, "succeeded", result={})
+
+    bodies = [json.loads(body) for *_, body in hub.requests]
+    assert bodies == [
+        {"attempt": 2, "progress": 0.5, "message": "measuring"},
+        {"attempt": 2, "state": "succeeded", "result": {}},
+    ]
+
+
+def test_it_raises_conflict_with_the_hubs_reason_on_409(hub, client):
+    hub.answer("POST", "jobs/12/claim", (409, {"error": "attempt 1 is stale (current: 2)"}))
+
+    with pytest.raises(Conflict) as refused:
+        client.claim(12, 1)
+
+    assert refused.value.status == 409
+    assert refused.value.message == "attempt 1 is stale (current: 2)"
+    assert "attempt 1 is stale (current: 2)" in str(refused.value)
+    assert "POST jobs/12/claim" in str(refused.value)
+    assert len(hub.requests) == 1
+
+
+def test_it_raises_unauthorized_on_401_without_retrying(hub, client):
+    hub.answer("GET", "device", (401, {"error": "unknown device token"}))
+
+    with pytest.raises(Unauthorized, match="unknown device token"):
+        client.whoami()
+
+    assert len(hub.requests) == 1
+
+
+def test_it_reads_a_non_json_error_body(hub, client):
+    hub.answer("POST", "device/heartbeat", (500, b"Internal Server Error"))
+
+    with pytest.raises(HubError) as failed:
+        client.heartbeat({"schema": 1})
+
+    assert failed.value.status == 500
+    assert "Internal Server Error" in str(failed.value)
+
+
+def test_it_retries_once_after_a_503_then_succeeds(hub, client):
+    hub.answer(
+        "POST", "device/heartbeat", (503, {"error": "restarting"}), (200, {"state": "online"})
+    )
+
+    answer = client.heartbeat({"schema": 1})
+
+    assert answer == {"state": "online"}
+    assert len(hub.requests) == 2
+
+
+def test_it_gives_up_after_a_bounded_number_of_503s(hub, client):
+    hub.answer("GET", "device", (503, {"error": "still restarting"}))
+
+    with pytest.raises(HubError, match="still restarting"):
+        client.whoami()
+
+    assert len(hub.requests) == client.retries + 1
+
+
+def test_it_says_which_hub_it_cannot_reach(hub):
+    hub.close()
+    client = HubClient(hub.url, TOKEN, timeout=2, retries=1, backoff=0.01)
+
+    with pytest.raises(HubUnreachable, match=f"cannot reach the hub at {hub.url}"):
+        client.whoami()
+
+
+def test_it_downloads_an_input_and_checks_it(hub, client, tmp_path):
+    hub.answer("GET", "jobs/12/inputs/model", (200, MODEL_BYTES))
+    dest = tmp_path / "model.onnx"
+
+    path = client.download_input(12, "model", dest, MODEL_SHA256, len(MODEL_BYTES))
+
+    assert path == dest
+    assert dest.read_bytes() == MODEL_BYTES
+
+
+def test_it_rejects_an_input_with_the_wrong_sha256_and_leaves_no_file(hub, client, tmp_path):
+    hub.answer("GET", "jobs/12/inputs/model", (200, MODEL_BYTES))
+    dest = tmp_path / "model.onnx"
+
+    with pytest.raises(InputMismatch, match="sha256"):
+        client.download_input(12, "model", dest, "0" * 64, len(MODEL_BYTES))
+
+    assert not dest.exists()
+
+
+def test_it_rejects_an_input_of_the_wrong_size_and_leaves_no_file(hub, client, tmp_path):
+    hub.answer("GET", "jobs/12/inputs/model", (200, MODEL_BYTES))
+    dest = tmp_path / "model.onnx"
+
+    with pytest.raises(InputMismatch, match="larger than the announced 10 bytes"):
+        client.download_input(12, "model", dest, MODEL_SHA256, 10)
+
+    assert not dest.exists()
+
+
+def test_it_uploads_an_artifact_as_multipart(hub, client, tmp_path):
+    hub.answer("POST", "jobs/12/artifacts", (200, {"id": 1, "name": "engine", "size": 5}))
+    artifact = tmp_path / "model.plan"
+    artifact.write_bytes(b"plan!")
+
+    record = client.upload_artifact(12, 3, "engine", artifact)
+
+    assert record["name"] == "engine"
+    _, _, headers, body = hub.requests[0]
+    assert headers["Content-Type"].startswith("multipart/form-data")
+    assert b'name="attempt"\r\n\r\n3' in body
+    assert b'name="name"\r\n\r\nengine' in body
+    assert b'filename="model.plan"' in body and b"plan!" in body
+
+
+def test_it_sends_the_whole_file_again_when_an_upload_is_retried(hub, client, tmp_path):
+    hub.answer("POST", "jobs/12/artifacts", (502, b"Bad Gateway"), (200, {"id": 1}))
+    artifact = tmp_path / "model.plan"
+    artifact.write_bytes(b"plan!")
+
+    client.upload_artifact(12, 3, "engine", artifact)
+
+    assert [b"plan!" in body for *_, body in hub.requests] == [True, True]

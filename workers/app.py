@@ -1,0 +1,42 @@
+"""The device worker's Celery app: one thin task that runs a hub job."""
+
+from dataclasses import dataclass
+
+from workers.isolation import keep_django_out
+
+keep_django_out()  # before Celery: kombu imports Django wherever it is installed
+
+from celery import Celery  # noqa: E402
+
+from workers import runner  # noqa: E402
+from workers.broker import celery_config  # noqa: E402
+from workers.client import HubUnreachable  # noqa: E402
+
+# No fixups: Celery's Django fixup imports Django whenever DJANGO_SETTINGS_MODULE is set.
+app = Celery("deployhub-worker", fixups=[])
+
+
+@dataclass
+class WorkerContext:
+    """What the task needs; the command line fills it in before the worker starts."""
+
+    client: object = None
+    fingerprint: dict | None = None
+    workdir: str | None = None
+
+
+CONTEXT = WorkerContext()
+
+
+def configure(broker_url):
+    """Point the app at a broker, with the settings every DeployHub process shares."""
+    app.conf.update(celery_config(broker_url))
+
+
+# A hub down for longer than the client retries: run the message again (every 3 min, 10 times).
+@app.task(name="deployhub.run_job", autoretry_for=(HubUnreachable,), max_retries=10)
+def run_job(job_id, attempt):
+    """Run one attempt of a hub job on this device."""
+    if CONTEXT.client is None:
+        raise RuntimeError("the worker has no hub client: start it with `deployhub-worker run`")
+    return runner.run_job(CONTEXT.client, job_id, attempt, CONTEXT.workdir, CONTEXT.fingerprint)

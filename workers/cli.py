@@ -1,0 +1,158 @@
+"""The `deployhub-worker` command: run a device worker, show its fingerprint, self-test."""
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+from workers import fingerprint, selftest
+from workers.app import CONTEXT, app, configure
+from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
+
+logger = logging.getLogger("workers.cli")
+
+DEFAULT_BROKER = "filesystem://var/broker"
+HUB_WAIT_SECONDS = 60
+HUB_WAIT_PAUSE_SECONDS = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def main(argv=None):
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return args.func(args)
+
+
+def run(args):
+    """Serve this device's queue until stopped (SIGTERM or Ctrl-C)."""
+    if not args.hub or not args.token:
+        _say("--hub and --token are required (or DEPLOYHUB_HUB_URL and DEPLOYHUB_DEVICE_TOKEN)")
+        return 2
+    client = HubClient(args.hub, args.token)
+    try:
+        device = _wait_for_hub(client)
+        CONTEXT.fingerprint = _fingerprint(args.fingerprint_override)
+        client.heartbeat(CONTEXT.fingerprint)
+    except Unauthorized as error:
+        _say(f"the hub refused this token: {error.message}")
+        return 2
+    except HubError as error:
+        _say(f"cannot start: {error}")
+        return 1
+    CONTEXT.client, CONTEXT.workdir = client, args.workdir
+    stop = _start_device_heartbeat(client, device, args.fingerprint_override)
+    try:
+        _consume(device, args.broker)
+    finally:
+        stop.set()
+    return 0
+
+
+def show_fingerprint(args):
+    """Print this device's fingerprint as JSON."""
+    print(json.dumps(_fingerprint(args.fingerprint_override), indent=2))
+    return 0
+
+
+def run_selftest(args):
+    """Check this device's runtimes on a tiny model; exit 0 when all work."""
+    print("deployhub-worker selftest")
+    return 0 if selftest.run_checks(sys.stdout) else 1
+
+
+def _parser():
+    """Return the argument parser of the command and its subcommands."""
+    parser = argparse.ArgumentParser(prog="deployhub-worker", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="command")
+    run_parser = commands.add_parser("run", help="consume this device class's jobs")
+    env = os.environ.get
+    run_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
+    run_parser.add_argument("--token", default=env("DEPLOYHUB_DEVICE_TOKEN"), help="device token")
+    run_parser.add_argument(
+        "--broker", default=env("CELERY_BROKER_URL", DEFAULT_BROKER), help="Celery broker URL"
+    )
+    run_parser.add_argument("--workdir", help="folder for job scratch space (default: system temp)")
+    run_parser.set_defaults(func=run)
+    print_parser = commands.add_parser("fingerprint", help="print this device's fingerprint")
+    print_parser.set_defaults(func=show_fingerprint)
+    for sub in (run_parser, print_parser):
+        sub.add_argument(
+            "--fingerprint-override",
+            default=env("DEPLOYHUB_FINGERPRINT_OVERRIDE"),
+            metavar="FILE",
+            help="JSON merged over the collected fingerprint (tests, upgrade rehearsals)",
+        )
+    selftest_parser = commands.add_parser("selftest", help="check the runtimes on a tiny model")
+    selftest_parser.set_defaults(func=run_selftest)
+    return parser
+
+
+def _wait_for_hub(client):
+    """Return whoami(), waiting up to HUB_WAIT_SECONDS for a hub that is not up yet."""
+    deadline = time.monotonic() + HUB_WAIT_SECONDS
+    while True:
+        try:
+            return client.whoami()
+        except HubError as error:
+            starting = isinstance(error, HubUnreachable) or error.status in RETRY_STATUSES
+            if not starting or time.monotonic() >= deadline:
+                raise
+            _say(f"waiting for the hub ({error})")
+        time.sleep(HUB_WAIT_PAUSE_SECONDS)
+
+
+def _fingerprint(override_path):
+    """Return the collected fingerprint, with the override file merged over it if given."""
+    return fingerprint.load_override(override_path) if override_path else fingerprint.collect()
+
+
+def _start_device_heartbeat(client, device, override_path):
+    """Heartbeat the device from a daemon thread; return the Event that stops it."""
+    stop = threading.Event()
+    interval = device.get("heartbeat_interval") or 10
+    args = (client, interval, override_path, stop)
+    threading.Thread(
+        target=_heartbeat_device, args=args, name="device-heartbeat", daemon=True
+    ).start()
+    return stop
+
+
+def _heartbeat_device(client, interval, override_path, stop):
+    """Send the fingerprint every interval seconds until stop is set; never raise."""
+    while not stop.wait(interval):
+        try:
+            current = _fingerprint(override_path)
+            answer = client.heartbeat(current)
+        except Exception as error:
+            logger.warning("device heartbeat failed: %s", error)
+            continue
+        CONTEXT.fingerprint = current
+        interval = answer.get("heartbeat_interval") or interval
+
+
+def _consume(device, broker_url):
+    """Run the Celery worker in this process on the device class's queue only."""
+    from kombu.utils.url import maybe_sanitize_url
+
+    queue = device["queue"]
+    print(
+        f"deployhub-worker: device {device['name']} (class {device['device_class']}) "
+        f"consuming {queue} from {maybe_sanitize_url(broker_url)}",
+        flush=True,
+    )
+    configure(broker_url)
+    app.worker_main(
+        ["worker", "-Q", queue, "-P", "solo", "-c", "1", "-l", "INFO", "-n", f"{device['name']}@%h"]
+        + ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    )
+
+
+def _say(message):
+    """Print a message for the operator on stderr."""
+    print(f"deployhub-worker: {message}", file=sys.stderr, flush=True)
