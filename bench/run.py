@@ -148,15 +148,18 @@ def setup_fleet():
     from deployhub.devices.models import Device, DeviceClass
     from deployhub.teams.models import Team
 
+    from django.contrib.auth import get_user_model
+
     team = Team.objects.create(name="Bench", slug="bench")
+    user = get_user_model().objects.create_user("bench")
     device_class = DeviceClass.objects.create(team=team, slug="bench-cpu", name="Bench CPU")
     device = Device(device_class=device_class, name="bench-worker")
     token = device.issue_token()
     device.save()
-    return team, device_class, device, token
+    return team, user, device_class, device, token
 
 
-def run_noop_job(team, device_class):
+def run_noop_job(team, user, device_class):
     """Submit one no-op job; return (commit→claim, commit→succeeded) in ms."""
     from django.db import transaction
 
@@ -166,7 +169,7 @@ def run_noop_job(team, device_class):
     committed = []
     with transaction.atomic():
         transaction.on_commit(lambda: committed.append(time.time()))  # runs before the send
-        job = submit_job(team=team, kind="noop", device_class=device_class, user=None)
+        job = submit_job(team=team, kind="noop", device_class=device_class, user=user)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         job = Job.objects.get(pk=job.pk)
@@ -183,10 +186,10 @@ def run_noop_job(team, device_class):
 
 def bench_job_pipeline():
     """Rows: job commit → worker claim, and the whole life of a no-op job."""
-    team, device_class, device, token = setup_fleet()
+    team, user, device_class, device, token = setup_fleet()
     stack = Stack(token, device)
     try:
-        timings = [run_noop_job(team, device_class) for _ in range(JOBS + WARMUP_JOBS)]
+        timings = [run_noop_job(team, user, device_class) for _ in range(JOBS + WARMUP_JOBS)]
     finally:
         stack.stop()
     claims = [claim for claim, _ in timings[WARMUP_JOBS:]]

@@ -1,0 +1,262 @@
+"""Running one job attempt against a stand-in hub (the real hub is tested end to end elsewhere)."""
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from workers.client import HubClient
+from workers.runner import run_job
+from workers.selftest import write_tiny_model
+
+FINGERPRINT = {"schema": 1, "hostname": "runner-test"}
+STAMPED_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S")
+
+
+class FakeHubForRunnerTest:
+    """Play the hub's job endpoints for one job, recording what the runner sends."""
+
+    def __init__(self, job, files=None):
+        self.job = job
+        self.files = files or {}
+        self.claim_answer = None  # (status, error) to refuse the claim
+        self.heartbeat_answer = None  # (status, error) to refuse heartbeats
+        self.complete_answer = None  # (status, error) to refuse the completion
+        self.cancel_requested = False
+        self.calls = []
+        handler = type("Handler", (_JobHandler,), {"hub": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        serve = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
+        serve.start()
+
+    def bodies(self, call):
+        """Return the JSON bodies the runner sent to one endpoint (claim, heartbeat, ...)."""
+        return [body for name, body in self.calls if name == call]
+
+    def handle(self, method, path, body):
+        """Return (status, payload) for a request, as the hub would."""
+        prefix = f"/api/v1/jobs/{self.job['id']}/"
+        call = path.removeprefix(prefix)
+        self.calls.append((call.split("/")[0], body))
+        if method == "GET" and call.startswith("inputs/"):
+            return 200, self.files[call.removeprefix("inputs/")]
+        if call == "claim":
+            if body["attempt"] != self.job["attempt"]:
+                return 409, {"error": "stale attempt"}
+            return self.claim_answer or (200, self.job)
+        if call == "heartbeat":
+            answer = {"lease_expires_at": "2026-11-29T19:45:00Z"}
+            return self.heartbeat_answer or (200, answer | {"cancel_requested": self.cancel_requested})
+        if call == "complete":
+            return self.complete_answer or (200, {})
+        return 404, {"error": f"no route for {method} {path}"}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _JobHandler(BaseHTTPRequestHandler):
+    hub = None
+
+    def do_GET(self):
+        self._answer(None)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        self._answer(json.loads(self.rfile.read(length) or b"{}"))
+
+    def _answer(self, body):
+        status, payload = self.hub.handle(self.command, self.path, body)
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def make_job(kind="noop", attempt=2, lease_seconds=30, params=None, inputs=None):
+    return {
+        "id": 12,
+        "kind": kind,
+        "attempt": attempt,
+        "params": params or {},
+        "lease_seconds": lease_seconds,
+        "lease_expires_at": "2026-11-29T19:45:00Z",
+        "inputs": inputs or {},
+    }
+
+
+def model_input(data, sha256=None):
+    return {
+        "url": "/api/v1/jobs/12/inputs/model",
+        "sha256": sha256 or hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "filename": "model.onnx",
+    }
+
+
+@pytest.fixture
+def tiny_model(tmp_path):
+    return write_tiny_model(tmp_path / "tiny.onnx").read_bytes()
+
+
+@pytest.fixture
+def start_hub():
+    hubs = []
+
+    def start(job, files=None):
+        hubs.append(FakeHubForRunnerTest(job, files))
+        return hubs[-1]
+
+    yield start
+    for hub in hubs:
+        hub.close()
+
+
+def run(hub, attempt=2, **kwargs):
+    client = HubClient(hub.url, "token", timeout=5, backoff=0.01)
+    return run_job(client, hub.job["id"], attempt, fingerprint=FINGERPRINT, **kwargs)
+
+
+def test_it_claims_and_completes_a_noop_job(start_hub):
+    hub = start_hub(make_job("noop", attempt=2))
+
+    state = run(hub, attempt=2)
+
+    assert state == "succeeded"
+    assert hub.bodies("claim") == [{"attempt": 2}]
+    [completion] = hub.bodies("complete")
+    assert completion["attempt"] == 2
+    assert completion["state"] == "succeeded"
+    assert completion["result"] == {}
+    lines = completion["log"].splitlines()
+    assert lines and all(STAMPED_LINE.match(line) for line in lines)
+    assert "claimed job 12 attempt 2" in completion["log"]
+
+
+def test_it_drops_a_message_the_hub_refuses_to_claim(start_hub):
+    hub = start_hub(make_job("noop", attempt=3))
+
+    state = run(hub, attempt=2)
+
+    assert state == "dropped"
+    assert [name for name, _ in hub.calls] == ["claim"]
+
+
+def test_it_fails_a_job_of_a_kind_it_cannot_run(start_hub):
+    hub = start_hub(make_job("compile", inputs={"model": model_input(b"x")}), {"model": b"x"})
+
+    state = run(hub)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert completion["error"] == "this worker cannot run jobs of kind 'compile'"
+    assert "result" not in completion
+    assert hub.bodies("inputs") == []
+
+
+def test_it_benchmarks_a_downloaded_model_with_heartbeats(start_hub, tiny_model, tmp_path):
+    job = make_job(
+        "benchmark",
+        lease_seconds=0.12,
+        params={"iterations": 60_000, "batch_size": 2},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    workdir = tmp_path / "work"
+
+    state = run(hub, workdir_root=workdir)
+
+    assert state == "succeeded"
+    assert len(hub.bodies("inputs")) == 1
+    heartbeats = hub.bodies("heartbeat")
+    assert heartbeats and all(beat["attempt"] == 2 for beat in heartbeats)
+    assert any(0 < beat["progress"] < 1 and beat["message"] for beat in heartbeats)
+    [completion] = hub.bodies("complete")
+    result = completion["result"]
+    assert result["batch_size"] == 2 and result["iterations"] == 60_000
+    assert result["latency_ms"]["p50"] > 0
+    assert result["fingerprint"] == FINGERPRINT
+    sent_log = "".join(beat.get("log", "") for beat in heartbeats) + completion["log"]
+    assert "input model verified" in sent_log and "benchmark done" in sent_log
+    assert sent_log.count("measuring\n") == 1
+    assert list(workdir.iterdir()) == []
+
+
+def test_it_fails_a_job_whose_input_does_not_match_its_sha256(start_hub, tiny_model, tmp_path):
+    job = make_job("benchmark", inputs={"model": model_input(tiny_model, sha256="0" * 64)})
+    hub = start_hub(job, {"model": tiny_model})
+    workdir = tmp_path / "work"
+
+    state = run(hub, workdir_root=workdir)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert "sha256" in completion["error"] and "announced" in completion["error"]
+    assert "Traceback" in completion["log"]
+    assert list(workdir.iterdir()) == []
+
+
+def test_it_fails_with_one_line_and_the_traceback_when_the_model_is_broken(start_hub):
+    junk = b"this is not an onnx model"
+    hub = start_hub(make_job("benchmark", inputs={"model": model_input(junk)}), {"model": junk})
+
+    state = run(hub)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert "\n" not in completion["error"] and completion["error"]
+    assert "Traceback (most recent call last)" in completion["log"]
+
+
+def test_it_cancels_when_the_hub_asks_in_a_heartbeat(start_hub, tiny_model):
+    job = make_job(
+        "benchmark",
+        lease_seconds=0.3,
+        params={"iterations": 10_000_000},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    hub.cancel_requested = True
+    started = time.monotonic()
+
+    state = run(hub)
+
+    assert state == "cancelled"
+    assert time.monotonic() - started < 5
+    [completion] = hub.bodies("complete")
+    assert completion["state"] == "cancelled"
+    assert "result" not in completion
+
+
+def test_it_stops_quietly_when_a_heartbeat_says_the_job_moved_on(start_hub, tiny_model):
+    job = make_job(
+        "benchmark",
+        lease_seconds=0.3,
+        params={"iterations": 10_000_000},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    hub.heartbeat_answer = (409, {"error": "attempt 2 is stale"})
+
+    state = run(hub)
+
+    assert state == "dropped"
+    assert hub.bodies("complete") == []
+
+
+def test_it_returns_dropped_when_the_hub_refuses_the_completion(start_hub):
+    hub = start_hub(make_job("noop"))
+    hub.complete_answer = (409, {"error": "attempt 2 is stale"})
+
+    assert run(hub) == "dropped"
+    assert len(hub.bodies("complete")) == 1
