@@ -145,10 +145,10 @@ class Stack:
 
 
 def setup_fleet():
+    from django.contrib.auth import get_user_model
+
     from deployhub.devices.models import Device, DeviceClass
     from deployhub.teams.models import Team
-
-    from django.contrib.auth import get_user_model
 
     team = Team.objects.create(name="Bench", slug="bench")
     user = get_user_model().objects.create_user("bench")
@@ -240,6 +240,7 @@ def write_results(rows):
     }
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     RESULTS.write_text(json.dumps({"when": when, "machine": machine, "rows": rows}, indent=2))
+
 
 if __name__ == "__main__":
     main()

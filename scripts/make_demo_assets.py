@@ -61,18 +61,24 @@ FOREGROUNDS = [(250, 200, 40), (240, 90, 30), (255, 150, 110), (220, 60, 90)]
 BACKGROUNDS = [(20, 40, 110), (10, 90, 120), (40, 30, 80), (30, 60, 160)]
 
 VERSIONS = {
-    1: {"widths": (8, 16, 32), "epochs": 4,
-        "notes": "Narrow baseline: 8/16/32 channels, 4 epochs."},
-    2: {"widths": (16, 32, 64), "epochs": 12,
-        "notes": "Full width: 16/32/64 channels, 12 epochs."},
+    1: {
+        "widths": (8, 16, 32),
+        "epochs": 4,
+        "notes": "Narrow baseline: 8/16/32 channels, 4 epochs.",
+    },
+    2: {"widths": (16, 32, 64), "epochs": 12, "notes": "Full width: 16/32/64 channels, 12 epochs."},
 }
 
 
 def parse_args() -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"output folder (default: {DEFAULT_OUT.relative_to(REPO_ROOT)})")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"output folder (default: {DEFAULT_OUT.relative_to(REPO_ROOT)})",
+    )
     return parser.parse_args()
 
 
@@ -131,7 +137,8 @@ class DigitsCNN(nn.Module):
         super().__init__()
         channels = (3, *widths)
         self.features = nn.Sequential(
-            *(conv_block(channels[i], channels[i + 1]) for i in range(len(widths))))
+            *(conv_block(channels[i], channels[i + 1]) for i in range(len(widths)))
+        )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Linear(widths[-1], NUM_CLASSES)
 
@@ -178,11 +185,18 @@ def export_onnx(model: nn.Module, path: Path, version: int) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
-            model, (example,), str(path), dynamo=False, opset_version=OPSET,
-            input_names=["image"], output_names=["logits"],
+            model,
+            (example,),
+            str(path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["image"],
+            output_names=["logits"],
             dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}},
-            training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False,
-            external_data=False)
+            training=torch.onnx.TrainingMode.EVAL,
+            do_constant_folding=False,
+            external_data=False,
+        )
     proto = onnx.load(str(path))
     proto.doc_string = f"digits-cnn v{version}: 32x32 RGB digits -> 10 logits"
     onnx.helper.set_model_props(proto, {"name": "digits-cnn", "version": str(version)})
@@ -221,8 +235,12 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def pick_samples(labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:
     """Pick, for labels 0..NUM_SAMPLES-1, the first validation sample predicted right."""
-    return np.array([int(np.flatnonzero((labels == label) & (predictions == label))[0])
-                     for label in range(NUM_SAMPLES)])
+    return np.array(
+        [
+            int(np.flatnonzero((labels == label) & (predictions == label))[0])
+            for label in range(NUM_SAMPLES)
+        ]
+    )
 
 
 def write_samples(out: Path, images: np.ndarray, inputs: np.ndarray, labels: np.ndarray) -> None:
@@ -232,10 +250,14 @@ def write_samples(out: Path, images: np.ndarray, inputs: np.ndarray, labels: np.
     for stale in folder.glob("digit_*.png"):
         stale.unlink()
     names = [f"digit_{i}_{int(label)}.png" for i, label in enumerate(labels)]
-    for name, image in zip(names, images):
+    for name, image in zip(names, images, strict=True):
         Image.fromarray(image, mode="RGB").save(folder / name)
-    save_npz(folder / "tensors.npz", inputs=inputs, names=np.array(names, dtype=str),
-             labels=labels.astype(np.int64))
+    save_npz(
+        folder / "tensors.npz",
+        inputs=inputs,
+        names=np.array(names, dtype=str),
+        labels=labels.astype(np.int64),
+    )
 
 
 def build_manifest(results: dict[int, dict]) -> dict:
@@ -243,14 +265,21 @@ def build_manifest(results: dict[int, dict]) -> dict:
     return {
         "model": {
             "name": "digits-cnn",
-            "description": ("Small CNN (Conv+BatchNorm+ReLU blocks) classifying 32x32 "
-                            "RGB renderings of scikit-learn's 8x8 handwritten digits "
-                            "into 10 classes."),
+            "description": (
+                "Small CNN (Conv+BatchNorm+ReLU blocks) classifying 32x32 "
+                "RGB renderings of scikit-learn's 8x8 handwritten digits "
+                "into 10 classes."
+            ),
         },
         "preprocessing": PREPROCESSING,
         "versions": [
-            {"file": f"digits_cnn_v{v}.onnx", "version": v, "notes": VERSIONS[v]["notes"],
-             "val_accuracy": round(r["val_accuracy"], 4), "parameters": r["parameters"]}
+            {
+                "file": f"digits_cnn_v{v}.onnx",
+                "version": v,
+                "notes": VERSIONS[v]["notes"],
+                "val_accuracy": round(r["val_accuracy"], 4),
+                "parameters": r["parameters"],
+            }
             for v, r in sorted(results.items())
         ],
         "datasets": {"validation": "validation.npz", "calibration": "calibration.npz"},
@@ -290,9 +319,11 @@ def prepare_data(rng: np.random.Generator) -> dict:
     train_idx, val_idx = split_indices(len(images), rng)
     calib_idx = np.sort(rng.choice(train_idx, size=NUM_CALIBRATION, replace=False))
     return {
-        "train_x": preprocess(images[train_idx]), "train_y": labels[train_idx],
+        "train_x": preprocess(images[train_idx]),
+        "train_y": labels[train_idx],
         "val_images": images[val_idx],
-        "val_x": preprocess(images[val_idx]), "val_y": labels[val_idx],
+        "val_x": preprocess(images[val_idx]),
+        "val_y": labels[val_idx],
         "val_x_bgr": preprocess(images[val_idx][..., ::-1]),
         "calib_x": preprocess(images[calib_idx]),
     }
@@ -300,11 +331,15 @@ def prepare_data(rng: np.random.Generator) -> dict:
 
 def report(version: int, result: dict) -> None:
     """Print one version's figures."""
-    print(f"v{version}: val_accuracy={result['val_accuracy']:.4f} "
-          f"(torch {result['torch_accuracy']:.4f}) parameters={result['parameters']} "
-          f"max_abs_diff(onnx vs torch)={result['max_abs_diff']:.3g}")
-    print(f"v{version}: fed BGR instead of RGB -> accuracy={result['bgr_accuracy']:.4f}, "
-          f"mean |logit change|={result['bgr_mean_abs_logit_change']:.3f}")
+    print(
+        f"v{version}: val_accuracy={result['val_accuracy']:.4f} "
+        f"(torch {result['torch_accuracy']:.4f}) parameters={result['parameters']} "
+        f"max_abs_diff(onnx vs torch)={result['max_abs_diff']:.3g}"
+    )
+    print(
+        f"v{version}: fed BGR instead of RGB -> accuracy={result['bgr_accuracy']:.4f}, "
+        f"mean |logit change|={result['bgr_mean_abs_logit_change']:.3f}"
+    )
     print(f"v{version}: ops {result['ops']}")
 
 
@@ -317,8 +352,10 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     rng = np.random.default_rng(SEED)
     data = prepare_data(rng)
-    print(f"train={len(data['train_x'])} validation={len(data['val_x'])} "
-          f"calibration={len(data['calib_x'])}")
+    print(
+        f"train={len(data['train_x'])} validation={len(data['val_x'])} "
+        f"calibration={len(data['calib_x'])}"
+    )
     results = {}
     for version in sorted(VERSIONS):
         results[version] = build_version(version, out, data)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connections
 from playwright.sync_api import expect, sync_playwright
 
 from deployhub.benchmarks.models import BenchmarkRun
@@ -33,6 +34,8 @@ def browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
+        # ORM calls made while Playwright's loop runs keep their connection in that context.
+        connections.close_all()
         browser.close()
 
 

@@ -58,7 +58,10 @@ def matmul_relu(tmp_path):
 def batch_of_four_only(tmp_path):
     """A model with a symbolic batch that only runs when fed exactly 4 rows."""
     shape = numpy_helper.from_array(np.array([4, 8], dtype=np.int64), "shape")
-    nodes = [helper.make_node("Reshape", ["x", "shape"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["h"]),
+        helper.make_node("Relu", ["h"], ["y"]),
+    ]
     return save_model(tmp_path / "four.onnx", nodes, ["N", 8], [4, 8], [shape])
 
 
@@ -82,7 +85,9 @@ def test_it_runs_exactly_the_requested_warmup_and_iterations(matmul_relu, monkey
     calls = []
     real_run = ort.InferenceSession.run
     monkeypatch.setattr(
-        ort.InferenceSession, "run", lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k)
+        ort.InferenceSession,
+        "run",
+        lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k),
     )
 
     result = benchmark_onnxruntime(matmul_relu, {"warmup_iterations": 3, "iterations": 37})
@@ -129,7 +134,9 @@ def test_it_refuses_a_symbolic_dimension_other_than_batch(tmp_path):
 
 
 def test_it_refuses_a_batch_size_the_model_cannot_take(tmp_path):
-    model = save_model(tmp_path / "b1.onnx", [helper.make_node("Relu", ["x"], ["y"])], [1, 8], [1, 8])
+    model = save_model(
+        tmp_path / "b1.onnx", [helper.make_node("Relu", ["x"], ["y"])], [1, 8], [1, 8]
+    )
 
     assert benchmark_onnxruntime(model, FEW)["batch_size"] == 1
     with pytest.raises(JobError, match="batch_size is 4 but the model's batch dimension is fixed"):

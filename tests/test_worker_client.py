@@ -217,3 +217,22 @@ def test_it_sends_the_whole_file_again_when_an_upload_is_retried(hub, client, tm
     client.upload_artifact(12, 3, "engine", artifact)
 
     assert [b"plan!" in body for *_, body in hub.requests] == [True, True]
+
+
+def test_it_refuses_to_start_the_worker_without_hub_or_token(monkeypatch, capsys):
+    from workers.cli import main
+
+    monkeypatch.delenv("DEPLOYHUB_HUB_URL", raising=False)
+    monkeypatch.delenv("DEPLOYHUB_DEVICE_TOKEN", raising=False)
+
+    assert main(["run", "--hub", "http://127.0.0.1:9"]) == 2
+    assert "--token are required" in capsys.readouterr().err
+
+
+def test_it_stops_the_worker_when_the_hub_refuses_its_token(hub, capsys):
+    from workers.cli import main
+
+    hub.answer("GET", "device", (401, {"error": "unknown device token"}))
+
+    assert main(["run", "--hub", hub.url, "--token", "stolen"]) == 2
+    assert "the hub refused this token: unknown device token" in capsys.readouterr().err

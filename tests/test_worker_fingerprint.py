@@ -47,7 +47,15 @@ def test_it_reads_cpu_model_and_flags_from_cpuinfo(tmp_path, monkeypatch):
     cpu = fingerprint.collect()["cpu"]
 
     assert cpu["model"] == "Intel(R) Xeon(R) Platinum 8480+"
-    assert cpu["flags"] == ["sse4_2", "avx", "avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]
+    assert cpu["flags"] == [
+        "sse4_2",
+        "avx",
+        "avx2",
+        "avx512f",
+        "avx512_vnni",
+        "amx_tile",
+        "amx_int8",
+    ]
 
 
 def test_it_reports_unknown_flags_as_none_rather_than_guessing(tmp_path, monkeypatch):

@@ -57,3 +57,26 @@ def test_it_imports_the_worker_without_loading_django_even_with_settings_in_env(
     )
 
     assert completed.returncode == 0, completed.stderr
+
+
+def test_it_refuses_django_in_a_worker_process_even_where_it_is_installed():
+    code = (
+        "import workers.app\n"
+        "try:\n"
+        "    import django.conf\n"
+        "except ImportError as refused:\n"
+        "    print(refused)\n"
+        "else:\n"
+        "    raise SystemExit('django was importable')\n"
+    )
+
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=WORKERS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "never imports Django" in completed.stdout

@@ -51,7 +51,10 @@ class FakeHubForRunnerTest:
             return self.claim_answer or (200, self.job)
         if call == "heartbeat":
             answer = {"lease_expires_at": "2026-11-29T19:45:00Z"}
-            return self.heartbeat_answer or (200, answer | {"cancel_requested": self.cancel_requested})
+            return self.heartbeat_answer or (
+                200,
+                answer | {"cancel_requested": self.cancel_requested},
+            )
         if call == "complete":
             return self.complete_answer or (200, {})
         return 404, {"error": f"no route for {method} {path}"}
@@ -260,3 +263,15 @@ def test_it_returns_dropped_when_the_hub_refuses_the_completion(start_hub):
 
     assert run(hub) == "dropped"
     assert len(hub.bodies("complete")) == 1
+
+
+def test_it_refuses_an_input_name_that_would_leave_the_job_folder(start_hub, tmp_path):
+    job = make_job("benchmark", inputs={"../escape": model_input(b"x")})
+    hub = start_hub(job, {"../escape": b"x"})
+
+    state = run(hub, workdir_root=tmp_path / "work")
+
+    assert state == "failed"
+    assert "'../escape'" in hub.bodies("complete")[0]["error"]
+    assert hub.bodies("inputs") == []
+    assert not (tmp_path / "escape").exists()

@@ -185,10 +185,12 @@ class RssSampler:
         return self.peak
 
     def _sample(self):
+        """Take a sample every interval until stopped."""
         while not self._stopped.wait(self.interval):
             self._take()
 
     def _take(self):
+        """Sample the current RSS into the peak."""
         self.peak = max(self.peak, self.process.memory_info().rss)
 
 

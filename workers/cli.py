@@ -23,9 +23,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def main(argv=None):
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     return args.func(args)
 
 
@@ -42,6 +40,9 @@ def run(args):
     except Unauthorized as error:
         _say(f"the hub refused this token: {error.message}")
         return 2
+    except HubUnreachable as error:
+        _say(f"gave up after waiting {HUB_WAIT_SECONDS} s: {error}")
+        return 1
     except HubError as error:
         _say(f"cannot start: {error}")
         return 1

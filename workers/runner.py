@@ -106,6 +106,7 @@ class JobHeartbeat:
         self._thread.join()
 
     def _loop(self):
+        """Beat every interval until stopped or until the job is lost."""
         while not self._stopped.wait(self.interval) and not self.lost:
             self.beat()
 
@@ -165,7 +166,7 @@ class JobRun:
                 inputs = self._download_inputs(workdir)
                 return {"state": "succeeded", "result": work(self, inputs)}
         except Cancelled:
-            self.log.add("cancelled")
+            self.log.add("stopped: the job moved on" if self.heartbeat.lost else "cancelled")
             return {"state": "cancelled"}
         except Exception as error:
             self.log.add(f"failed: {_one_line(error)}")
@@ -175,8 +176,11 @@ class JobRun:
         """Download every input of the job into workdir; return {name: path}."""
         paths = {}
         for name, info in (self.job.get("inputs") or {}).items():
+            if not _is_plain_name(name):
+                raise JobError(f"the hub named an input {name!r}; expected a plain name")
             self.log.add(f"downloading input {name} ({info['size']} bytes)")
-            dest = workdir / name / _safe_filename(info.get("filename"), name)
+            filename = info.get("filename")
+            dest = workdir / name / (filename if _is_plain_name(filename) else name)
             dest.parent.mkdir(parents=True)
             args = (self.job["id"], name, dest, info["sha256"], info["size"])
             paths[name] = self.client.download_input(*args)
@@ -259,10 +263,9 @@ def _scratch_dir(job_id, root=None):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _safe_filename(filename, fallback):
-    """Return the hub's file name if it is a plain name, else fallback."""
-    name = Path(filename or "").name
-    return name if name and name == filename and name not in (".", "..") else fallback
+def _is_plain_name(name):
+    """Return True for a file name without folders, safe to join to a path."""
+    return bool(name) and Path(name).name == name and name not in (".", "..")
 
 
 def _one_line(error):
