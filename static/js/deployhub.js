@@ -50,7 +50,7 @@
     document.getElementById("job-percent").textContent = Math.round(status.progress * 100) + "%";
     document.getElementById("job-message").textContent = status.message;
     document.getElementById("job-device").textContent = status.device || "—";
-    document.getElementById("job-attempt").textContent = status.attempt + " of " + document.getElementById("job-attempt").textContent.split(" of ")[1];
+    document.getElementById("job-attempt").textContent = status.attempt;
     document.getElementById("job-waiting").hidden = !status.no_online_worker;
     const error = document.getElementById("job-error");
     error.hidden = !status.error;

@@ -1,0 +1,32 @@
+from django.contrib import admin
+
+from deployhub.teams.models import Event, Membership, Team
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "created_at"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    """The audit log is read-only, here as everywhere."""
+
+    list_display = ["created_at", "team", "actor", "verb", "target_type", "target_id"]
+    list_filter = ["team", "verb"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
