@@ -195,6 +195,28 @@ def test_it_benchmarks_a_downloaded_model_with_heartbeats(start_hub, tiny_model,
     assert list(workdir.iterdir()) == []
 
 
+def test_it_reports_progress_within_a_second_even_with_a_long_lease(start_hub, tiny_model):
+    job = make_job(
+        "benchmark",
+        lease_seconds=300,  # a heartbeat every 100 s: progress must not wait for it
+        params={"iterations": 10_000_000},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    worker = threading.Thread(target=run, args=(hub,), daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not any(
+        0 < beat.get("progress", 0) < 1 for beat in hub.bodies("heartbeat")
+    ):
+        time.sleep(0.05)
+    hub.cancel_requested = True
+    worker.join(timeout=10)
+
+    assert any(0 < beat["progress"] < 1 for beat in hub.bodies("heartbeat"))
+    assert hub.bodies("complete")[0]["state"] == "cancelled"
+
+
 def test_it_fails_a_job_whose_input_does_not_match_its_sha256(start_hub, tiny_model, tmp_path):
     job = make_job("benchmark", inputs={"model": model_input(tiny_model, sha256="0" * 64)})
     hub = start_hub(job, {"model": tiny_model})

@@ -9,6 +9,7 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,6 +25,8 @@ __all__ = ["Cancelled", "run_job"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30
+# Progress reaches the hub at most this often (seconds), so a user watches it move.
+PROGRESS_INTERVAL = 0.5
 ERROR_MAX_CHARS = 500
 DROPPED = "dropped"
 
@@ -106,9 +109,14 @@ class JobHeartbeat:
         self._thread.join()
 
     def _loop(self):
-        """Beat every interval until stopped or until the job is lost."""
-        while not self._stopped.wait(self.interval) and not self.lost:
-            self.beat()
+        """Beat every interval, sooner when progress moved, until stopped or lost."""
+        last_beat, last_sent = time.monotonic(), None
+        while not self._stopped.wait(min(self.interval, PROGRESS_INTERVAL)) and not self.lost:
+            state = (self.progress.fraction, self.progress.message)
+            due = time.monotonic() - last_beat >= self.interval
+            if due or state != last_sent:
+                self.beat()
+                last_beat, last_sent = time.monotonic(), state
 
     def beat(self):
         """Send one heartbeat; set cancel on cancel_requested, lost on a 409."""

@@ -121,8 +121,8 @@ class Job(models.Model):
         if not text:
             return
         if source:
-            stamp = timezone.now().strftime("%H:%M:%S")
-            text = "".join(f"[{stamp}] {source}: {line}\n" for line in text.splitlines())
+            stamp = timezone.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            text = "".join(f"{stamp} {source}: {line}\n" for line in text.splitlines())
         elif not text.endswith("\n"):
             text += "\n"
         self.log = (self.log + text)[-LOG_LIMIT:]

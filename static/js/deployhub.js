@@ -62,7 +62,10 @@
       if (atBottom) log.scrollTop = log.scrollHeight;
     }
     const cancel = document.getElementById("cancel-form");
-    if (cancel && (status.final || status.cancel_requested)) cancel.querySelector("button").disabled = true;
+    if (cancel) {
+      cancel.hidden = status.final;
+      cancel.querySelector("button").disabled = status.cancel_requested;
+    }
   }
 
   function watchDetail(root) {

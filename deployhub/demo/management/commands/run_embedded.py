@@ -101,7 +101,14 @@ class Command(BaseCommand):
                 broker,
             ],
         }
-        return {name: subprocess.Popen(cmd, env=env) for name, cmd in commands.items()}
+        self.log_dir = settings.VAR_DIR / "logs"
+        self.log_dir.mkdir(exist_ok=True)
+        return {name: self.spawn(name, cmd, env) for name, cmd in commands.items()}
+
+    def spawn(self, name, command, env):
+        """Start one process with its output in var/logs/<name>.log."""
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, url, timeout=60):
         deadline = time.monotonic() + timeout
@@ -120,14 +127,19 @@ class Command(BaseCommand):
                 f"\nDeployHub is running at {url}/\n"
                 f"  log in as alice / {demo_password()}  (admin of team Demo)\n"
                 f"  also bob (reviewer, Demo) and charlie (admin, Acme Robotics), same password\n"
-                f"  data in {settings.VAR_DIR}; press Ctrl-C to stop.\n"
+                f"  data in {settings.VAR_DIR}, logs in {self.log_dir}\n"
+                f"  press Ctrl-C to stop.\n"
             )
         )
 
     def check_alive(self):
         for name, process in self.processes.items():
             if process.poll() is not None:
-                raise CommandError(f"The {name} process exited with code {process.returncode}.")
+                tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise CommandError(
+                    f"The {name} process exited with code {process.returncode}. "
+                    f"The end of {self.log_dir / (name + '.log')}:\n{tail}"
+                )
 
     def supervise(self):
         while True:
