@@ -202,3 +202,18 @@ def start_worker(live_server, tmp_path):
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def job(version, device_class, alice):
+    """A queued benchmark of the version on the test device class."""
+    from deployhub.jobs.actions import submit_job
+
+    return submit_job(
+        team=version.team,
+        kind="benchmark",
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+        params={"iterations": 50},
+    )

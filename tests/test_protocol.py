@@ -3,12 +3,11 @@
 import hashlib
 import json
 
-import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.jobs.actions import cancel_job, submit_job
-from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.jobs.actions import cancel_job
+from deployhub.jobs.models import Job, JobState
 
 RESULT = {
     "backend": "onnxruntime",
@@ -40,18 +39,6 @@ def call(client, token, path, body=None, method="post"):
         return client.get(f"/api/v1/{path}", **headers)
     return client.post(
         f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
-    )
-
-
-@pytest.fixture
-def job(version, device_class, alice):
-    return submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=device_class,
-        user=alice,
-        model_version=version,
-        params={"iterations": 50},
     )
 
 

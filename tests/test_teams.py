@@ -1,21 +1,7 @@
 """Nobody sees another team's objects; roles decide who may act."""
 
-import pytest
-
-from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job, JobKind
+from deployhub.jobs.models import Job
 from tests.conftest import PASSWORD
-
-
-@pytest.fixture
-def job(version, device_class, alice):
-    return submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=device_class,
-        user=alice,
-        model_version=version,
-    )
 
 
 def test_it_hides_another_teams_objects(client, charlie, version, device_class, job):
