@@ -2,32 +2,36 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 
 .PHONY: run test bench lint format demo-assets clean
+.PRECIOUS: $(VENV)/.installed-%
 
-$(STAMP): pyproject.toml
+# `make run` needs the hub and a CPU worker; the tests also need torch (export jobs) and dev tools.
+$(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[web,worker,dev]"
-	touch $(STAMP)
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS_$*)]"
+	touch $@
 
-run: $(STAMP)
+EXTRAS_run := web,worker
+EXTRAS_test := web,worker,torch,dev
+
+run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
 
-test: $(STAMP)
+test: $(VENV)/.installed-test
 	scripts/ensure_services.sh
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(VENV)/.installed-test
 	scripts/ensure_services.sh
 	$(PY) bench/run.py
 
-lint: $(STAMP)
+lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-format: $(STAMP)
+format: $(VENV)/.installed-test
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
