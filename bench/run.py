@@ -12,6 +12,7 @@ uses its own database (deployhub_bench) and Redis database 14.
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -145,15 +146,20 @@ class Stack:
 
 
 def setup_fleet():
+    from deployhub.teams.models import Team
+
+    return setup_fleet_for(Team.objects.create(name="Bench", slug="bench"))
+
+
+def setup_fleet_for(team):
+    """Create a user, a device class and a device with its token in the team."""
     from django.contrib.auth import get_user_model
 
     from deployhub.devices.models import Device, DeviceClass
-    from deployhub.teams.models import Team
 
-    team = Team.objects.create(name="Bench", slug="bench")
-    user = get_user_model().objects.create_user("bench")
-    device_class = DeviceClass.objects.create(team=team, slug="bench-cpu", name="Bench CPU")
-    device = Device(device_class=device_class, name="bench-worker")
+    user = get_user_model().objects.create_user(f"bench-{team.slug}")
+    device_class = DeviceClass.objects.create(team=team, slug=f"{team.slug}-cpu", name="Bench CPU")
+    device = Device(device_class=device_class, name=f"{team.slug}-worker")
     token = device.issue_token()
     device.save()
     return team, user, device_class, device, token
@@ -207,7 +213,152 @@ def bench_job_pipeline():
     ]
 
 
-BENCHES = [bench_job_pipeline]
+UPLOAD_BYTES = 1024**3
+
+
+def write_big_onnx_zip(folder):
+    """Write a valid ONNX model whose 1 GB initializer lives in external data, zipped as stored."""
+    import zipfile
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    elements = UPLOAD_BYTES // 4
+    weights = folder / "weights.bin"
+    with open(weights, "wb") as out:
+        block = bytes(64 * 1024 * 1024)
+        for _ in range(UPLOAD_BYTES // len(block)):
+            out.write(block)
+    tensor = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[elements])
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in {
+        "location": "weights.bin",
+        "offset": "0",
+        "length": str(UPLOAD_BYTES),
+    }.items():
+        tensor.external_data.add(key=key, value=value)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["W", "i"], ["y"])],
+        "big",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        initializer=[tensor],
+    )
+    onnx.save_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "model.onnx"
+    )
+    archive = folder / "big.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.write(folder / "model.onnx", "model.onnx")
+        zf.write(weights, "weights.bin")
+    weights.unlink()
+    return archive
+
+
+def multipart_stream(path, fields, boundary="deployhub-bench-boundary"):
+    """Return (body generator, length) of a multipart body that streams the file from disk."""
+    head = "".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+        for k, v in fields.items()
+    )
+    head += (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"'
+        f"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    length = len(head.encode()) + path.stat().st_size + len(tail)
+
+    def body():
+        yield head.encode()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1024 * 1024):
+                yield chunk
+        yield tail
+
+    return body(), length, f"multipart/form-data; boundary={boundary}"
+
+
+class PeakRSS:
+    """Sample the resident memory of some processes in a thread; keep each one's peak."""
+
+    def __init__(self, pids):
+        import threading
+
+        import psutil
+
+        self.processes = [psutil.Process(pid) for pid in pids]
+        self.baseline = {p.pid: p.memory_info().rss for p in self.processes}
+        self.peak = dict(self.baseline)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self):
+        while not self.stop.wait(0.01):
+            for p in self.processes:
+                self.peak[p.pid] = max(self.peak[p.pid], p.memory_info().rss)
+
+    def growth_mb(self):
+        self.stop.set()
+        self.thread.join()
+        return max(self.peak[pid] - self.baseline[pid] for pid in self.peak) / 1024**2
+
+
+def bench_upload_memory():
+    """Row: peak RSS growth of the web processes while a 1 GB model is uploaded through the API."""
+    import psutil
+    import requests
+    from django.contrib.auth import get_user_model
+
+    from deployhub.registry.models import Model
+    from deployhub.teams.models import ApiToken, Membership, Role, Team
+
+    team = Team.objects.create(name="Upload bench", slug="upload-bench")
+    user = get_user_model().objects.create_user("uploader")
+    Membership.objects.create(user=user, team=team, role=Role.ENGINEER)
+    record = ApiToken(user=user, name="bench")
+    token = record.issue()
+    record.save()
+    model = Model.objects.create(team=team, name="big-model", created_by=user)
+    _, _, device_class, device, device_token = setup_fleet_for(team)
+    stack = Stack(device_token, device)
+    work = Path(tempfile.mkdtemp(prefix="deployhub-upload-"))
+    try:
+        archive = write_big_onnx_zip(work)
+        body, length, content_type = multipart_stream(archive, {"notes": "1 GB bench"})
+        web = [c.pid for c in psutil.Process(stack.processes[0].pid).children()]
+        meter = PeakRSS(web)
+        started = time.monotonic()
+        response = requests.post(
+            f"{stack.url}/api/v1/models/{model.pk}/versions",
+            data=body,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": content_type,
+                "Content-Length": str(length),
+            },
+            timeout=1800,
+        )
+        seconds = time.monotonic() - started
+        growth = meter.growth_mb()
+    finally:
+        stack.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    if response.status_code != 201:
+        raise SystemExit(
+            f"bench: the 1 GB upload was refused: {response.status_code} {response.text}"
+        )
+    return [
+        row(
+            f"web RSS growth during a 1 GB upload ({seconds:.0f} s, stored and validated)",
+            growth,
+            "MB",
+            64,
+        ),
+    ]
+
+
+BENCHES = [bench_job_pipeline, bench_upload_memory]
 
 
 def main():

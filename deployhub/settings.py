@@ -147,6 +147,11 @@ FILE_UPLOAD_TEMP_DIR = STORAGE_ROOT / "tmp"
 FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DEPLOYHUB_MAX_UPLOAD_BYTES = env_int("DEPLOYHUB_MAX_UPLOAD_BYTES", 2 * 1024**3)
+FILE_UPLOAD_HANDLERS = ["deployhub.registry.uploads.HashingUploadHandler"]
+DEPLOYHUB_EXPORT_OPSET = env_int("DEPLOYHUB_EXPORT_OPSET", 17)
+# Uploaded models are parsed in a child process under these limits, never in the web process.
+DEPLOYHUB_VALIDATION_MEMORY_MB = env_int("DEPLOYHUB_VALIDATION_MEMORY_MB", 8192)
+DEPLOYHUB_VALIDATION_TIMEOUT = env_int("DEPLOYHUB_VALIDATION_TIMEOUT", 600)
 
 # Celery (hub side: it enqueues job ids and runs the reaper with beat).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", f"filesystem://{VAR_DIR / 'broker'}")

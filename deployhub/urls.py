@@ -6,6 +6,7 @@ from deployhub import views
 from deployhub.devices import views as device_views
 from deployhub.jobs import views as job_views
 from deployhub.registry import views as registry_views
+from deployhub.teams import views as team_views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,11 +14,17 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("team/", views.switch_team, name="switch_team"),
+    path("account/tokens/", team_views.api_tokens, name="api_tokens"),
+    path("account/tokens/<int:pk>/revoke", team_views.revoke_token, name="revoke_token"),
     path("models/", registry_views.models_list, name="models"),
     path("models/<int:pk>/", registry_views.model_detail, name="model_detail"),
     path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
     path("versions/<int:pk>/results", registry_views.version_results, name="version_results"),
     path("versions/<int:pk>/benchmark", registry_views.version_benchmark, name="version_benchmark"),
+    path("versions/<int:pk>/derive", registry_views.version_derive, name="version_derive"),
+    path("versions/<int:pk>/notes", registry_views.version_notes, name="version_notes"),
+    path("versions/<int:pk>/export", registry_views.version_export, name="version_export"),
+    path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),
     path("devices/", device_views.device_classes, name="device_classes"),
     path("devices/classes/<int:pk>/", device_views.device_class_detail, name="device_class_detail"),
     path("devices/<int:pk>/drain", device_views.device_drain, name="device_drain"),

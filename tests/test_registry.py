@@ -56,7 +56,7 @@ def test_it_refuses_a_file_that_is_not_onnx(
 ):
     client.login(username="alice", password=PASSWORD)
     response = upload(client, model_file, filename=filename, data=data)
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert reason in response.content.decode()
     assert not Model.objects.exists()  # no half-registered model
     assert stored_files(settings) == []
@@ -66,7 +66,7 @@ def test_it_refuses_a_truncated_onnx_file(client, alice, model_file, settings):
     client.login(username="alice", password=PASSWORD)
     truncated = model_file.read_bytes()[: model_file.stat().st_size // 2]
     response = upload(client, model_file, data=truncated)
-    assert response.status_code == 200
+    assert response.status_code == 400
     page = response.content.decode()
     assert "not an ONNX model" in page or "checker rejected" in page
     assert not Model.objects.exists() and stored_files(settings) == []

@@ -1,5 +1,7 @@
 """Running one job attempt against a stand-in hub (the real hub is tested end to end elsewhere)."""
 
+import email
+import email.policy
 import hashlib
 import json
 import re
@@ -7,6 +9,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import onnx
 import pytest
 
 from workers.client import HubClient
@@ -28,6 +31,7 @@ class FakeHubForRunnerTest:
         self.complete_answer = None  # (status, error) to refuse the completion
         self.cancel_requested = False
         self.calls = []
+        self.artifacts = []  # multipart fields of each upload, the file as bytes
         handler = type("Handler", (_JobHandler,), {"hub": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -57,6 +61,11 @@ class FakeHubForRunnerTest:
             )
         if call == "complete":
             return self.complete_answer or (200, {})
+        if call == "artifacts":
+            self.artifacts.append(body)
+            sha256 = hashlib.sha256(body["file"]).hexdigest()
+            stored = {"id": len(self.artifacts), "name": body["name"], "sha256": sha256}
+            return 200, stored | {"size": len(body["file"])}
         return 404, {"error": f"no route for {method} {path}"}
 
     def close(self):
@@ -72,7 +81,12 @@ class _JobHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
-        self._answer(json.loads(self.rfile.read(length) or b"{}"))
+        data = self.rfile.read(length)
+        content_type = self.headers.get("Content-Type", "")
+        if content_type.startswith("multipart/form-data"):
+            self._answer(_multipart_fields(content_type, data))
+        else:
+            self._answer(json.loads(data or b"{}"))
 
     def _answer(self, body):
         status, payload = self.hub.handle(self.command, self.path, body)
@@ -84,6 +98,18 @@ class _JobHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def _multipart_fields(content_type, data):
+    """Return a multipart body's fields as {name: text}, files as {name: bytes}."""
+    head = f"Content-Type: {content_type}\r\n\r\n".encode()
+    message = email.message_from_bytes(head + data, policy=email.policy.HTTP)
+    fields = {}
+    for part in message.iter_parts():
+        value = part.get_payload(decode=True)
+        name = part.get_param("name", header="content-disposition")
+        fields[name] = value if part.get_filename() else value.decode()
+    return fields
 
 
 def make_job(kind="noop", attempt=2, lease_seconds=30, params=None, inputs=None):
@@ -98,18 +124,28 @@ def make_job(kind="noop", attempt=2, lease_seconds=30, params=None, inputs=None)
     }
 
 
-def model_input(data, sha256=None):
+def model_input(data, sha256=None, filename="model.onnx"):
     return {
         "url": "/api/v1/jobs/12/inputs/model",
         "sha256": sha256 or hashlib.sha256(data).hexdigest(),
         "size": len(data),
-        "filename": "model.onnx",
+        "filename": filename,
     }
 
 
 @pytest.fixture
 def tiny_model(tmp_path):
     return write_tiny_model(tmp_path / "tiny.onnx").read_bytes()
+
+
+@pytest.fixture
+def small_pt2(tmp_path):
+    """A Linear + ReLU torch.export program, as the bytes of its .pt2."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    path = tmp_path / "small.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(1, 4),)), path)
+    return path.read_bytes()
 
 
 @pytest.fixture
@@ -297,3 +333,47 @@ def test_it_refuses_an_input_name_that_would_leave_the_job_folder(start_hub, tmp
     assert "'../escape'" in hub.bodies("complete")[0]["error"]
     assert hub.bodies("inputs") == []
     assert not (tmp_path / "escape").exists()
+
+
+def test_it_exports_a_pt2_to_onnx_and_uploads_it(start_hub, small_pt2, tmp_path):
+    job = make_job(
+        "export",
+        params={"input_shapes": {"input": [1, 4]}, "opset": 17},
+        inputs={"model": model_input(small_pt2, filename="small.pt2")},
+    )
+    hub = start_hub(job, {"model": small_pt2})
+    workdir = tmp_path / "work"
+
+    state = run(hub, workdir_root=workdir)
+
+    assert state == "succeeded"
+    [upload] = hub.artifacts
+    assert upload["attempt"] == "2" and upload["name"] == "onnx"
+    [graph_input] = onnx.load_model_from_string(upload["file"]).graph.input
+    assert graph_input.name == "input"
+    [completion] = hub.bodies("complete")
+    result = completion["result"]
+    assert result["artifact"] == "onnx"
+    assert result["artifact_sha256"] == hashlib.sha256(upload["file"]).hexdigest()
+    assert result["onnx_bytes"] == len(upload["file"])
+    assert 0 <= result["max_abs_diff"] < 1e-4
+    assert result["input_shapes"] == {"input": [1, 4]} and result["opset"] == 17
+    assert "artifact onnx uploaded" in completion["log"]
+    assert list(workdir.iterdir()) == []
+
+
+def test_it_fails_an_export_of_a_file_that_is_not_a_pt2_without_uploading(start_hub):
+    junk = b"this is not a torch.export program"
+    job = make_job(
+        "export",
+        params={"input_shapes": {"input": [1, 4]}},
+        inputs={"model": model_input(junk, filename="model.pt2")},
+    )
+    hub = start_hub(job, {"model": junk})
+
+    state = run(hub)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert completion["error"].startswith("model.pt2 is not a PyTorch export program")
+    assert hub.artifacts == []

@@ -5,6 +5,7 @@ means the message was stale or redelivered, and a 409 later means the hub gave
 the job to another attempt: either way this worker drops it quietly.
 """
 
+import hashlib
 import logging
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ from workers import fingerprint as fingerprints
 from workers.benchmark import benchmark_onnxruntime
 from workers.client import Conflict, HubError
 from workers.errors import Cancelled, JobError
+from workers.export import export_pt2_to_onnx
 
 __all__ = ["Cancelled", "run_job"]
 
@@ -29,6 +31,9 @@ DEFAULT_LEASE_SECONDS = 30
 PROGRESS_INTERVAL = 0.5
 ERROR_MAX_CHARS = 500
 DROPPED = "dropped"
+# The name an export job's ONNX file is uploaded under (docs/protocol.md).
+EXPORT_ARTIFACT = "onnx"
+CHUNK_BYTES = 1024 * 1024
 
 
 def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None):
@@ -157,6 +162,7 @@ class JobRun:
         self.log = JobLog(job["id"])
         self.progress = JobProgress(self.log)
         self.heartbeat = JobHeartbeat(client, job, self.progress, self.log)
+        self.workdir = None
 
     def run(self, workdir_root=None):
         """Do the work and report it; return the final state or "dropped"."""
@@ -171,6 +177,7 @@ class JobRun:
         try:
             work = _work_for(self.job["kind"])
             with self.heartbeat, _scratch_dir(self.job["id"], workdir_root) as workdir:
+                self.workdir = workdir
                 inputs = self._download_inputs(workdir)
                 return {"state": "succeeded", "result": work(self, inputs)}
         except Cancelled:
@@ -194,6 +201,18 @@ class JobRun:
             paths[name] = self.client.download_input(*args)
             self.log.add(f"input {name} verified (sha256 {info['sha256'][:12]}...)")
         return paths
+
+    def upload(self, name, path):
+        """Upload a file the job produced as artifact `name`; return its sha256."""
+        if self.should_stop():
+            raise Cancelled(f"stopped before uploading {name}")
+        sha256 = _file_sha256(path)
+        self.log.add(f"uploading artifact {name} ({Path(path).stat().st_size} bytes)")
+        stored = self.client.upload_artifact(self.job["id"], self.job["attempt"], name, path)
+        if stored.get("sha256", sha256) != sha256:
+            raise JobError(f"the hub stored artifact {name} with another sha256 than the worker's")
+        self.log.add(f"artifact {name} uploaded (sha256 {sha256[:12]}...)")
+        return sha256
 
     def _complete(self, state, result=None, error=None, trace=None):
         """Report the final state with the remaining log lines; return the state."""
@@ -238,13 +257,30 @@ def run_benchmark(job_run, inputs):
     return result
 
 
+def run_export(job_run, inputs):
+    """Export the job's .pt2 input to ONNX, upload it; return the protocol's export result."""
+    if "model" not in inputs:
+        raise JobError("an export job needs an input named 'model' (the .pt2 program)")
+    params = job_run.job.get("params") or {}
+    onnx_path = job_run.workdir / "export" / f"{inputs['model'].stem}.onnx"
+    onnx_path.parent.mkdir()
+    result = export_pt2_to_onnx(inputs["model"], onnx_path, params, progress=job_run.report)
+    job_run.log.add(
+        f"exported to ONNX opset {result['opset']} ({result['onnx_bytes']} bytes); "
+        f"largest difference from PyTorch over {result['samples']} samples: "
+        f"{result['max_abs_diff']:.3g} absolute, {result['max_rel_diff']:.3g} relative"
+    )
+    sha256 = job_run.upload(EXPORT_ARTIFACT, onnx_path)
+    return {**result, "artifact": EXPORT_ARTIFACT, "artifact_sha256": sha256}
+
+
 def run_noop(job_run, inputs):
     """Do nothing: a noop job measures the hub-broker-worker pipeline itself."""
     return {}
 
 
 # What this worker can run, by job kind: fn(job_run, inputs) -> result.
-KINDS = {"benchmark": run_benchmark, "noop": run_noop}
+KINDS = {"benchmark": run_benchmark, "export": run_export, "noop": run_noop}
 
 
 def _work_for(kind):
@@ -269,6 +305,15 @@ def _scratch_dir(job_id, root=None):
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _file_sha256(path):
+    """Return the sha256 hex digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _is_plain_name(name):

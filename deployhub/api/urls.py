@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployhub.api import views
+from deployhub.api import registry, views
 
 urlpatterns = [
     path("device", views.whoami, name="api_whoami"),
@@ -10,4 +10,9 @@ urlpatterns = [
     path("jobs/<int:job_id>/complete", views.complete, name="api_complete"),
     path("jobs/<int:job_id>/artifacts", views.upload_artifact, name="api_upload_artifact"),
     path("jobs/<int:job_id>/inputs/<str:name>", views.job_input, name="api_job_input"),
+    path("models", registry.models, name="api_models"),
+    path("models/<int:pk>", registry.model_detail, name="api_model"),
+    path("models/<int:pk>/versions", registry.model_versions, name="api_model_versions"),
+    path("versions/<int:pk>", registry.version_detail, name="api_version"),
+    path("versions/<int:pk>/datasets", registry.version_datasets, name="api_version_datasets"),
 ]

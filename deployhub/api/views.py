@@ -14,6 +14,8 @@ from deployhub.devices.models import Device
 from deployhub.jobs import actions
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Job, JobState
+from deployhub.registry.inspect import InvalidModel
+from deployhub.registry.models import VersionFormat
 
 
 def error(status, message):
@@ -38,7 +40,7 @@ def device_required(view):
             return error(403, str(exc))
         except actions.JobConflict as exc:
             return error(409, str(exc))
-        except BadRequest as exc:
+        except (BadRequest, InvalidModel) as exc:
             return error(400, str(exc))
 
     return wrapper
@@ -83,6 +85,10 @@ def _device_json(device):
     }
 
 
+def _input_filename(version):
+    return f"{version.model.name}-v{version.number}{VersionFormat.EXTENSIONS[version.format]}"
+
+
 def _inputs(job):
     version = job.model_version
     if version is None:
@@ -92,7 +98,7 @@ def _inputs(job):
             "url": f"/api/v1/jobs/{job.pk}/inputs/model",
             "sha256": version.sha256,
             "size": version.size,
-            "filename": f"{version.model.name}-v{version.number}.onnx",
+            "filename": _input_filename(version),
         }
     }
 
@@ -196,7 +202,7 @@ def job_input(request, device, job_id, name):
     return FileResponse(
         default_storage.open(version.file.name, "rb"),
         as_attachment=True,
-        filename=f"{version.model.name}-v{version.number}.onnx",
+        filename=_input_filename(version),
     )
 
 

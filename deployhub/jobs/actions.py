@@ -12,20 +12,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.registry.exports import record_export
 from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
 
-RESULT_HANDLERS = {JobKind.BENCHMARK: BenchmarkRun.record}
+RESULT_HANDLERS = {JobKind.BENCHMARK: BenchmarkRun.record, JobKind.EXPORT: record_export}
 
-
-class JobConflict(Exception):
-    """The request does not fit the job's current state or attempt (HTTP 409)."""
-
-
-class WrongDevice(Exception):
-    """The device is not allowed to act on this job (HTTP 403)."""
+__all__ = ["JobConflict", "ResultRejected", "WrongDevice"]
 
 
 def send_job(job_id, attempt, queue):
@@ -143,10 +139,20 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
             raise JobConflict(f"The job is {job.state}; it cannot be completed.")
         job.append_log(log, source=None)
         if state == JobState.SUCCEEDED and job.kind in RESULT_HANDLERS:
-            RESULT_HANDLERS[job.kind](job, result or {})
+            state, error = _store_result(job, result or {})
         _finish(job, state, error=error)
         Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
     return job
+
+
+def _store_result(job, result):
+    """Store the result of a succeeded attempt; a rejected result fails the job instead."""
+    try:
+        with transaction.atomic():
+            RESULT_HANDLERS[job.kind](job, result)
+    except ResultRejected as exc:
+        return JobState.FAILED, str(exc)
+    return JobState.SUCCEEDED, ""
 
 
 def _finish(job, state, error=""):

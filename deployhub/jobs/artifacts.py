@@ -2,12 +2,11 @@
 
 from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 
 from deployhub.jobs.actions import JobConflict, check_holder
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.registry.uploads import place, spool
+from deployhub.registry.uploads import place, received
 
 
 def artifact_path(sha256):
@@ -16,22 +15,18 @@ def artifact_path(sha256):
 
 def store_artifact(job, device, attempt, name, upload):
     """Store an uploaded artifact of the running attempt; refuse anyone else."""
-    tmp_path, sha256, size = spool(upload, settings.DEPLOYHUB_MAX_UPLOAD_BYTES)
-    try:
-        with transaction.atomic():
-            job = Job.objects.select_for_update().get(pk=job.pk)
-            check_holder(job, device, attempt)
-            if job.state != JobState.RUNNING:
-                raise JobConflict(f"The job is {job.state}.")
-            path = artifact_path(sha256)
-            place(tmp_path, path)
-            return Artifact.objects.create(
-                job=job,
-                attempt=attempt,
-                name=Path(name).name[:100],
-                file=path,
-                sha256=sha256,
-                size=size,
-            )
-    finally:
-        tmp_path.unlink(missing_ok=True)
+    with received(upload) as (tmp_path, sha256, size), transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        check_holder(job, device, attempt)
+        if job.state != JobState.RUNNING:
+            raise JobConflict(f"The job is {job.state}.")
+        path = artifact_path(sha256)
+        place(tmp_path, path)
+        return Artifact.objects.create(
+            job=job,
+            attempt=attempt,
+            name=Path(name).name[:100],
+            file=path,
+            sha256=sha256,
+            size=size,
+        )

@@ -1,17 +1,84 @@
+import json
+
 from django import forms
 
 from deployhub.devices.models import DeviceClass
+from deployhub.registry.models import DatasetKind
+
+JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
 
 
-class VersionUploadForm(forms.Form):
-    file = forms.FileField(help_text="An ONNX model (.onnx).")
+def team_classes(team):
+    return DeviceClass.objects.filter(team=team)
+
+
+class PrettyJSONField(forms.JSONField):
+    """A JSON textarea that shows its value indented."""
+
+    def prepare_value(self, value):
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, indent=2) if value else ""
+
+
+class SpecFields(forms.Form):
+    preprocessing = PrettyJSONField(
+        required=False,
+        widget=JSON_WIDGET,
+        help_text="Preprocessing spec: resize, color_order, scale, mean, std, layout, dtype.",
+    )
+    contract = PrettyJSONField(
+        required=False,
+        widget=JSON_WIDGET,
+        help_text="Input-shape contract; empty takes the model's own shapes with batch size 1.",
+    )
+
+
+class VersionUploadForm(SpecFields):
+    file = forms.FileField(
+        help_text=".onnx, a .zip of an ONNX model with its external data, or a torch.export .pt2."
+    )
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    export_on = forms.ModelChoiceField(
+        queryset=DeviceClass.objects.none(),
+        required=False,
+        help_text="For a .pt2: the device class whose worker (with torch) exports it to ONNX.",
+    )
+    field_order = ["file", "notes", "preprocessing", "contract", "export_on"]
+
+    def __init__(self, *args, team, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["export_on"].queryset = team_classes(team)
 
 
 class NewModelForm(VersionUploadForm):
     name = forms.CharField(max_length=100)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
-    field_order = ["name", "description", "file", "notes"]
+    field_order = ["name", "description", *VersionUploadForm.field_order]
+
+
+class DeriveVersionForm(SpecFields):
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+
+class EditNotesForm(forms.Form):
+    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    tags = forms.CharField(required=False, help_text="Comma-separated.")
+
+    def clean_tags(self):
+        tags = [tag.strip() for tag in self.cleaned_data["tags"].split(",") if tag.strip()]
+        if any(len(tag) > 40 for tag in tags):
+            raise forms.ValidationError("Tags are at most 40 characters.")
+        return sorted(set(tags))
+
+
+class DatasetForm(forms.Form):
+    kind = forms.ChoiceField(choices=DatasetKind.choices())
+    name = forms.SlugField(max_length=100)
+    file = forms.FileField(
+        help_text=".npz with 'inputs' (and 'labels' for validation), or a .zip of images "
+        "with labels.csv (filename,label), preprocessed with this version's spec."
+    )
 
 
 class BenchmarkForm(forms.Form):
@@ -22,7 +89,7 @@ class BenchmarkForm(forms.Form):
 
     def __init__(self, *args, team, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["device_class"].queryset = DeviceClass.objects.filter(team=team)
+        self.fields["device_class"].queryset = team_classes(team)
 
     def params(self):
         data = self.cleaned_data

@@ -1,8 +1,32 @@
-"""Models and their immutable versions."""
+"""Models, their immutable versions, and the datasets that go with them."""
 
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+
+from deployhub.choices import ChoiceSet
+
+
+class VersionFormat(ChoiceSet):
+    ONNX = "onnx"
+    ONNX_ZIP = "onnx-zip"
+    PT2 = "pt2"
+    CHOICES = (
+        (ONNX, "ONNX", "blue"),
+        (ONNX_ZIP, "ONNX with external data", "blue"),
+        (PT2, "PyTorch export program (.pt2)", "purple"),
+    )
+    # An ONNX model with external data is kept as the zip it came in: model and data travel together.
+    EXTENSIONS = {ONNX: ".onnx", ONNX_ZIP: ".zip", PT2: ".pt2"}
+
+
+class DatasetKind(ChoiceSet):
+    CALIBRATION = "calibration"
+    VALIDATION = "validation"
+    CHOICES = (
+        (CALIBRATION, "Calibration", "teal"),
+        (VALIDATION, "Validation", "green"),
+    )
 
 
 class Model(models.Model):
@@ -37,8 +61,12 @@ class Model(models.Model):
 
 
 def version_upload_path(instance, filename):
-    """Store under a server-generated name; the user's filename is kept only as data."""
-    return f"models/{instance.sha256[:2]}/{instance.sha256}.onnx"
+    """Store under a server-generated, content-addressed name; the user's name is only data."""
+    extension = VersionFormat.EXTENSIONS.get(instance.format, ".onnx")
+    return f"models/{instance.sha256[:2]}/{instance.sha256}{extension}"
+
+
+IMMUTABLE_EXCEPT = {"notes", "tags"}
 
 
 class ModelVersion(models.Model):
@@ -50,14 +78,23 @@ class ModelVersion(models.Model):
     original_filename = models.CharField(max_length=255, blank=True)
     sha256 = models.CharField(max_length=64, db_index=True)
     size = models.BigIntegerField()
-    format = models.CharField(max_length=20, default="onnx")
+    format = models.CharField(
+        max_length=20, choices=VersionFormat.choices(), default=VersionFormat.ONNX
+    )
     ir_version = models.PositiveIntegerField(null=True)
     opset = models.PositiveIntegerField(null=True)
     producer = models.CharField(max_length=200, blank=True)
     inputs = models.JSONField(default=list)
     outputs = models.JSONField(default=list)
+    graph = models.JSONField(default=dict, blank=True, help_text="Operators, nodes, parameters.")
+    external_data = models.JSONField(default=list, blank=True)
     contract = models.JSONField(default=dict, blank=True)
     preprocessing = models.JSONField(default=dict, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+    export_report = models.JSONField(
+        default=dict, blank=True, help_text="For a version exported from its parent: how it went."
+    )
+    tags = models.JSONField(default=list, blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
@@ -78,6 +115,76 @@ class ModelVersion(models.Model):
 
     def get_absolute_url(self):
         return reverse("version_detail", args=[self.pk])
+
+    @property
+    def team(self):
+        return self.model.team
+
+    @property
+    def is_onnx(self):
+        return self.format in (VersionFormat.ONNX, VersionFormat.ONNX_ZIP)
+
+    @property
+    def export_child(self):
+        return self.children.exclude(export_report={}).first()
+
+    def previous(self):
+        return self.model.versions.filter(number__lt=self.number).order_by("-number").first()
+
+    def save(self, *args, **kwargs):
+        """Refuse to change a stored version except its notes and tags."""
+        if self.pk is not None:
+            stored = type(self).objects.filter(pk=self.pk).values().first() or {}
+            changed = {
+                f.attname
+                for f in self._meta.concrete_fields
+                if f.attname in stored and stored[f.attname] != getattr(self, f.attname)
+            }
+            if changed - IMMUTABLE_EXCEPT:
+                raise ValueError(
+                    f"Versions are immutable: {', '.join(sorted(changed - IMMUTABLE_EXCEPT))} "
+                    "cannot change. Upload a new version instead."
+                )
+        super().save(*args, **kwargs)
+
+
+def dataset_upload_path(instance, filename):
+    return f"datasets/{instance.sha256[:2]}/{instance.sha256}.npz"
+
+
+class Dataset(models.Model):
+    """Calibration or validation samples of a model, stored as a checked .npz."""
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="datasets")
+    kind = models.CharField(max_length=20, choices=DatasetKind.choices())
+    name = models.CharField(max_length=100)
+    file = models.FileField(upload_to=dataset_upload_path, max_length=255)
+    original_filename = models.CharField(max_length=255, blank=True)
+    source = models.CharField(max_length=20, help_text="npz, or images turned into tensors.")
+    source_sha256 = models.CharField(max_length=64, help_text="sha256 of the uploaded file.")
+    sha256 = models.CharField(max_length=64, help_text="sha256 of the stored .npz.")
+    size = models.BigIntegerField()
+    samples = models.PositiveIntegerField()
+    input_shape = models.JSONField(default=list)
+    input_dtype = models.CharField(max_length=20)
+    has_labels = models.BooleanField(default=False)
+    classes = models.PositiveIntegerField(null=True, blank=True)
+    checked_against = models.ForeignKey(
+        ModelVersion, null=True, on_delete=models.SET_NULL, related_name="checked_datasets"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model", "kind", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="dataset_name_unique")
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.get_kind_display().lower()}, {self.samples} samples)"
 
     @property
     def team(self):

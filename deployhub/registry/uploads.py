@@ -1,17 +1,50 @@
-"""Turn an uploaded file into a stored, validated ModelVersion, or nothing at all."""
+"""Turn an uploaded file into a stored, validated ModelVersion, or nothing at all.
+
+Uploads stream to a temporary file inside the storage root, hashed as they
+arrive (HashingUploadHandler); validation runs on that file; only a valid
+file is moved to its content-addressed name, in the transaction that creates
+the version. Whatever fails, the temporary files go.
+"""
 
 import hashlib
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.core.files.uploadedfile import TemporaryUploadedFile
+from django.core.files.uploadhandler import FileUploadHandler
 from django.db import transaction
 
-from deployhub.registry.inspect import InvalidModel, inspect_onnx
-from deployhub.registry.models import ModelVersion, version_upload_path
+from deployhub.registry.archives import check_filename, sniff
+from deployhub.registry.contract import (
+    ContractError,
+    contract_warnings,
+    default_contract,
+    validate_contract,
+)
+from deployhub.registry.datasets import (
+    DatasetError,
+    check_against_contract,
+    describe,
+    load_image_zip,
+    load_npz,
+)
+from deployhub.registry.inspect import InvalidModel
+from deployhub.registry.models import (
+    Dataset,
+    DatasetKind,
+    ModelVersion,
+    dataset_upload_path,
+    version_upload_path,
+)
+from deployhub.registry.validate import validate_in_child
 from deployhub.teams.models import Event
+from workers.preprocessing import SpecError, validate_spec
 
 CHUNK = 1024 * 1024
 
@@ -24,8 +57,90 @@ class DuplicateVersion(InvalidModel):
         super().__init__(f"This file is already {version} (same sha256); nothing was stored.")
 
 
-def spool(uploaded_file, max_bytes):
-    """Copy an upload into the storage root's tmp folder, hashing as it goes."""
+class HashedUploadedFile(TemporaryUploadedFile):
+    """An upload on disk in the storage root's tmp folder, with its sha256 taken on the way."""
+
+    def __init__(self, *args, limit, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.limit = limit
+        self.digest = hashlib.sha256()
+        self.received = 0
+        self.oversized = False
+
+    def receive(self, chunk):
+        """Write and hash a chunk; past the limit keep counting but store nothing."""
+        self.received += len(chunk)
+        if self.oversized:
+            return
+        if self.received > self.limit:
+            self.oversized = True
+            self.file.truncate(0)
+            return
+        self.digest.update(chunk)
+        self.file.write(chunk)
+
+    @property
+    def sha256(self):
+        return self.digest.hexdigest()
+
+
+class HashingUploadHandler(FileUploadHandler):
+    """Stream every uploaded file to disk, hashing it; the web process never holds it."""
+
+    def new_file(self, *args, **kwargs):
+        super().new_file(*args, **kwargs)
+        self.file = HashedUploadedFile(
+            self.file_name,
+            self.content_type,
+            0,
+            self.charset,
+            self.content_type_extra,
+            limit=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+        )
+
+    def receive_data_chunk(self, raw_data, start):
+        self.file.receive(raw_data)
+
+    def file_complete(self, file_size):
+        self.file.seek(0)
+        self.file.size = self.file.received
+        return self.file
+
+    def upload_interrupted(self):
+        if getattr(self, "file", None) is not None:
+            self.file.close()
+
+
+def check_size(uploaded_file):
+    """Refuse an upload over the size cap, with the cap in the message."""
+    limit = settings.DEPLOYHUB_MAX_UPLOAD_BYTES
+    if getattr(uploaded_file, "oversized", False) or uploaded_file.size > limit:
+        raise InvalidModel(f"The file is larger than the upload limit of {limit:,} bytes.")
+
+
+@contextmanager
+def received(uploaded_file):
+    """Yield (path, sha256, size) of the upload on disk; the path is gone afterwards."""
+    check_size(uploaded_file)
+    if isinstance(uploaded_file, HashedUploadedFile):
+        try:
+            yield (
+                Path(uploaded_file.temporary_file_path()),
+                uploaded_file.sha256,
+                uploaded_file.size,
+            )
+        finally:
+            uploaded_file.close()  # deletes the temporary file unless it was moved into place
+        return
+    path, sha256, size = spool(uploaded_file)
+    try:
+        yield path, sha256, size
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def spool(uploaded_file):
+    """Copy a file object into the storage root's tmp folder, hashing it."""
     digest = hashlib.sha256()
     size = 0
     fd, name = tempfile.mkstemp(dir=settings.FILE_UPLOAD_TEMP_DIR, suffix=".upload")
@@ -33,8 +148,8 @@ def spool(uploaded_file, max_bytes):
         with os.fdopen(fd, "wb") as out:
             for chunk in uploaded_file.chunks(CHUNK):
                 size += len(chunk)
-                if size > max_bytes:
-                    raise InvalidModel(f"The file is larger than the {max_bytes:,} byte limit.")
+                if size > settings.DEPLOYHUB_MAX_UPLOAD_BYTES:
+                    raise InvalidModel("The file is larger than the upload limit.")
                 digest.update(chunk)
                 out.write(chunk)
     except BaseException:
@@ -43,44 +158,209 @@ def spool(uploaded_file, max_bytes):
     return Path(name), digest.hexdigest(), size
 
 
-def place(tmp_path, name):
-    """Move the spooled file to its content-addressed name; return True if it was new."""
+@contextmanager
+def workspace():
+    """Yield a scratch folder inside the storage root, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(dir=settings.FILE_UPLOAD_TEMP_DIR, prefix="work-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def place(path, name, move=True):
+    """Put a file at its content-addressed storage name; return True if it was new."""
     final = Path(default_storage.path(name))
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
-        tmp_path.unlink()
         return False
-    os.replace(tmp_path, final)
+    if move:
+        os.replace(path, final)
+    else:
+        shutil.copyfile(path, final)
     return True
 
 
-def create_version(model, uploaded_file, user, notes="", preprocessing=None):
-    """Validate and store an uploaded ONNX file as the model's next version."""
-    tmp_path, sha256, size = spool(uploaded_file, settings.DEPLOYHUB_MAX_UPLOAD_BYTES)
-    placed = None
+def head(path, size=512):
+    with open(path, "rb") as handle:
+        return handle.read(size)
+
+
+def inspect_upload(path, kind):
+    """Validate a received file of a sniffed kind, in a child process, and describe it."""
+    with workspace() as work:
+        return validate_in_child(
+            kind,
+            path,
+            work,
+            max_total_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+            memory_mb=settings.DEPLOYHUB_VALIDATION_MEMORY_MB,
+            timeout=settings.DEPLOYHUB_VALIDATION_TIMEOUT,
+        )
+
+
+def check_spec_and_contract(info, preprocessing, contract):
+    """Return the validated spec and contract for a version, or raise InvalidModel."""
     try:
-        info = inspect_onnx(tmp_path)
+        spec = validate_spec(preprocessing) if preprocessing else {}
+        contract = validate_contract(contract or default_contract(info["inputs"]), info["inputs"])
+    except (SpecError, ContractError) as exc:
+        raise InvalidModel(str(exc)) from exc
+    return spec, contract
+
+
+def create_version(model, uploaded_file, user, *, notes="", preprocessing=None, contract=None):
+    """Validate and store an uploaded model file as the model's next version."""
+    filename = check_filename(Path(uploaded_file.name or "").name or "")
+    with received(uploaded_file) as (path, sha256, size):
+        kind = sniff(filename, head(path))
         if existing := model.versions.filter(sha256=sha256).first():
             raise DuplicateVersion(existing)
+        info = inspect_upload(path, kind)
+        spec, contract = check_spec_and_contract(info, preprocessing, contract)
+        version = ModelVersion(
+            model=model,
+            sha256=sha256,
+            size=size,
+            original_filename=filename,
+            notes=notes,
+            preprocessing=spec,
+            contract=contract,
+            created_by=user,
+            warnings=contract_warnings(contract, info["inputs"], gpu=False),
+            **{key: value for key, value in info.items() if key in VERSION_FIELDS},
+        )
+        return save_version(version, path)
+
+
+VERSION_FIELDS = {
+    "format",
+    "ir_version",
+    "opset",
+    "producer",
+    "inputs",
+    "outputs",
+    "graph",
+    "external_data",
+}
+
+
+def save_version(version, path, move=True):
+    """Number, store and save a validated version; remove its file if the save fails."""
+    placed = None
+    try:
         with transaction.atomic():
-            version = ModelVersion(
-                model=model,
-                number=model.next_version_number(),
-                sha256=sha256,
-                size=size,
-                original_filename=Path(uploaded_file.name or "").name[:255],
-                notes=notes,
-                preprocessing=preprocessing or {},
-                created_by=user,
-                **info,
-            )
-            version.file.name = version_upload_path(version, uploaded_file.name)
-            placed = place(tmp_path, version.file.name) and version.file.name
+            version.number = version.model.next_version_number()
+            version.file.name = version_upload_path(version, "")
+            if path is not None:  # None: a derived version shares its source's file
+                placed = place(path, version.file.name, move=move) and version.file.name
             version.save()
-            Event.record(model.team, user, "version.created", version, sha256=sha256)
-        return version
+            Event.record(
+                version.team,
+                version.created_by,
+                "version.created",
+                version,
+                sha256=version.sha256,
+                format=version.format,
+            )
     except BaseException:
-        tmp_path.unlink(missing_ok=True)
         if placed:
             default_storage.delete(placed)
         raise
+    return version
+
+
+def derive_version(source, user, *, notes="", preprocessing=None, contract=None):
+    """Make a new version of the same file with another spec or contract (versions never change)."""
+    spec, contract = check_spec_and_contract(
+        {"inputs": source.inputs}, preprocessing, contract or source.contract
+    )
+    if spec == source.preprocessing and contract == source.contract:
+        raise InvalidModel("Nothing changed: the spec and the contract are those of this version.")
+    version = ModelVersion(
+        model=source.model,
+        sha256=source.sha256,
+        size=source.size,
+        format=source.format,
+        original_filename=source.original_filename,
+        ir_version=source.ir_version,
+        opset=source.opset,
+        producer=source.producer,
+        inputs=source.inputs,
+        outputs=source.outputs,
+        graph=source.graph,
+        external_data=source.external_data,
+        preprocessing=spec,
+        contract=contract,
+        parent=source,
+        notes=notes,
+        created_by=user,
+        warnings=contract_warnings(contract, source.inputs, gpu=False),
+    )
+    return save_version(version, None)
+
+
+def _load_dataset(path, kind, filename, version, work):
+    if filename.lower().endswith(".npz"):
+        return "npz", load_npz(path, require_labels=kind == DatasetKind.VALIDATION)
+    if filename.lower().endswith(".zip"):
+        if not version.preprocessing:
+            raise DatasetError("An image dataset needs a preprocessing spec on the version.")
+        arrays = load_image_zip(
+            path,
+            version.preprocessing,
+            workdir=work,
+            max_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+            require_labels=kind == DatasetKind.VALIDATION,
+        )
+        return "images", arrays
+    raise DatasetError("A dataset is an .npz file or a .zip of images with labels.csv.")
+
+
+def _write_npz(arrays, work):
+    path = work / "dataset.npz"
+    payload = {"inputs": arrays["inputs"]}
+    if arrays.get("labels") is not None:
+        payload["labels"] = arrays["labels"]
+    np.savez(path, **payload)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def create_dataset(version, uploaded_file, user, *, kind, name):
+    """Check a calibration or validation dataset against the version and store it as .npz."""
+    filename = check_filename(Path(uploaded_file.name or "").name or "")
+    if version.model.datasets.filter(name=name).exists():
+        raise DatasetError(f"{version.model} already has a dataset named {name!r}.")
+    with received(uploaded_file) as (path, source_sha256, _), workspace() as work:
+        source, arrays = _load_dataset(path, kind, filename, version, work)
+        check_against_contract(arrays["inputs"], version.inputs, version.contract)
+        stored, sha256 = _write_npz(arrays, work)
+        facts = describe(arrays)
+        dataset = Dataset(
+            model=version.model,
+            kind=kind,
+            name=name,
+            original_filename=filename,
+            source=source,
+            source_sha256=source_sha256,
+            sha256=sha256,
+            size=stored.stat().st_size,
+            samples=facts["samples"],
+            input_shape=facts["input_shape"],
+            input_dtype=facts["input_dtype"],
+            has_labels=facts["labels"],
+            classes=facts["classes"],
+            checked_against=version,
+            created_by=user,
+        )
+        dataset.file.name = dataset_upload_path(dataset, "")
+        placed = place(stored, dataset.file.name) and dataset.file.name
+        try:
+            with transaction.atomic():
+                dataset.save()
+                Event.record(version.team, user, "dataset.created", dataset, kind=kind)
+        except BaseException:
+            if placed:
+                default_storage.delete(placed)
+            raise
+    return dataset

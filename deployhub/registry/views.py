@@ -1,4 +1,4 @@
-"""Pages for models and their versions."""
+"""Pages for models, their versions and datasets."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -10,12 +10,29 @@ from django.views.decorators.http import require_POST
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
-from deployhub.registry.forms import BenchmarkForm, NewModelForm, VersionUploadForm
+from deployhub.registry.contract import contract_warnings
+from deployhub.registry.datasets import DatasetError
+from deployhub.registry.diff import diff_versions
+from deployhub.registry.exports import submit_export
+from deployhub.registry.forms import (
+    BenchmarkForm,
+    DatasetForm,
+    DeriveVersionForm,
+    EditNotesForm,
+    NewModelForm,
+    VersionUploadForm,
+)
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import Model, ModelVersion
-from deployhub.registry.uploads import DuplicateVersion, create_version
+from deployhub.registry.models import Model, ModelVersion, VersionFormat
+from deployhub.registry.uploads import (
+    DuplicateVersion,
+    create_dataset,
+    create_version,
+    derive_version,
+)
 from deployhub.teams.access import current_team, require_role, teams_of
-from deployhub.teams.models import Role
+from deployhub.teams.models import Event, Role
+from workers.preprocessing import generate_code
 
 
 def _get_model_for_user(request, pk):
@@ -23,8 +40,41 @@ def _get_model_for_user(request, pk):
 
 
 def _get_version_for_user(request, pk):
-    queryset = ModelVersion.objects.select_related("model__team")
+    queryset = ModelVersion.objects.select_related("model__team", "parent")
     return get_object_or_404(queryset, pk=pk, model__team__in=teams_of(request.user))
+
+
+def _upload(request, model, form):
+    """Store the form's file as the model's next version; on refusal, a form error."""
+    data = form.cleaned_data
+    try:
+        version = create_version(
+            model,
+            data["file"],
+            request.user,
+            notes=data["notes"],
+            preprocessing=data["preprocessing"],
+            contract=data["contract"],
+        )
+    except DuplicateVersion as exc:
+        form.add_error("file", str(exc))
+        form.duplicate = exc.version
+        return None
+    except InvalidModel as exc:
+        form.add_error("file", str(exc))
+        return None
+    if version.format == VersionFormat.PT2:
+        _queue_export(request, version, data["export_on"])
+    return version
+
+
+def _queue_export(request, version, device_class):
+    device_class = device_class or version.team.device_classes.first()
+    if device_class is None:
+        messages.warning(request, "No device class to export on: register one, then export.")
+        return
+    job = submit_export(version, device_class, request.user)
+    messages.info(request, f"Export to ONNX queued on {device_class} as job #{job.pk}.")
 
 
 @login_required
@@ -32,15 +82,16 @@ def models_list(request):
     team = current_team(request)
     if team is None:
         raise Http404("You are not a member of any team yet.")
-    form = NewModelForm()
+    form = NewModelForm(team=team)
     if request.method == "POST":
         require_role(request.user, team, Role.ENGINEER)
-        form = NewModelForm(request.POST, request.FILES)
+        form = NewModelForm(request.POST, request.FILES, team=team)
         if form.is_valid() and (model := _create_model(request, team, form)):
             messages.success(request, f"Model {model} created with version 1.")
             return redirect(model)
     models = team.models.prefetch_related("versions").order_by("name")
-    return render(request, "registry/models.html", {"models": models, "form": form})
+    status = 400 if form.errors else 200
+    return render(request, "registry/models.html", {"models": models, "form": form}, status=status)
 
 
 def _create_model(request, team, form):
@@ -54,12 +105,12 @@ def _create_model(request, team, form):
                 description=data["description"],
                 created_by=request.user,
             )
-            create_version(model, data["file"], request.user, notes=data["notes"])
+            if _upload(request, model, form) is None:
+                raise InvalidModel("refused")  # rolls the model back; the form has the reason
     except IntegrityError:
         form.add_error("name", f"{team} already has a model named {data['name']!r}.")
         return None
-    except InvalidModel as exc:
-        form.add_error("file", str(exc))
+    except InvalidModel:
         return None
     return model
 
@@ -67,40 +118,55 @@ def _create_model(request, team, form):
 @login_required
 def model_detail(request, pk):
     model = _get_model_for_user(request, pk)
-    form = VersionUploadForm()
+    latest = model.latest_version()
+    initial = {"preprocessing": latest.preprocessing, "contract": ""} if latest else {}
+    form = VersionUploadForm(team=model.team, initial=initial)
     if request.method == "POST":
         require_role(request.user, model.team, Role.ENGINEER)
-        form = VersionUploadForm(request.POST, request.FILES)
-        if form.is_valid() and (version := _upload_version(request, model, form)):
+        form = VersionUploadForm(request.POST, request.FILES, team=model.team)
+        if form.is_valid() and (version := _upload(request, model, form)):
             messages.success(request, f"Uploaded {version}.")
             return redirect(version)
-    return render(request, "registry/model_detail.html", {"model": model, "form": form})
-
-
-def _upload_version(request, model, form):
-    try:
-        return create_version(
-            model, form.cleaned_data["file"], request.user, notes=form.cleaned_data["notes"]
-        )
-    except DuplicateVersion as exc:
-        form.add_error("file", str(exc))
-        form.duplicate = exc.version
-    except InvalidModel as exc:
-        form.add_error("file", str(exc))
-    return None
+    context = {"model": model, "form": form, "datasets": model.datasets.all()}
+    return render(
+        request, "registry/model_detail.html", context, status=400 if form.errors else 200
+    )
 
 
 @login_required
 def version_detail(request, pk):
     version = _get_version_for_user(request, pk)
-    context = {
+    return render(request, "registry/version_detail.html", _version_context(version))
+
+
+def _version_context(version, **forms):
+    previous = version.previous()
+    gpu_classes = version.team.device_classes.filter(backends__icontains="tensorrt")
+    return {
         "version": version,
         "model": version.model,
         "benchmark_form": BenchmarkForm(team=version.team),
+        "derive_form": DeriveVersionForm(
+            initial={"preprocessing": version.preprocessing, "contract": version.contract}
+        ),
+        "notes_form": EditNotesForm(
+            initial={"notes": version.notes, "tags": ", ".join(version.tags)}
+        ),
+        "dataset_form": DatasetForm(),
+        **forms,
         "benchmarks": BenchmarkRun.objects.for_version(version),
         "jobs": version.jobs.select_related("device_class", "device")[:20],
+        "code": generate_code(version.preprocessing, title=str(version))
+        if version.preprocessing
+        else "",
+        "gpu_warnings": contract_warnings(version.contract, version.inputs, gpu=True)
+        if gpu_classes.exists() and version.contract
+        else [],
+        "previous": previous,
+        "diff": diff_versions(previous, version) if previous else [],
+        "children": version.children.all(),
+        "datasets": version.model.datasets.all(),
     }
-    return render(request, "registry/version_detail.html", context)
 
 
 @login_required
@@ -116,6 +182,9 @@ def version_results(request, pk):
 def version_benchmark(request, pk):
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
+    if not version.is_onnx:
+        messages.error(request, "Benchmark the ONNX version exported from this .pt2 instead.")
+        return redirect(version)
     form = BenchmarkForm(request.POST, team=version.team)
     if not form.is_valid():
         messages.error(request, f"Benchmark not queued: {form.errors.as_text()}")
@@ -130,3 +199,73 @@ def version_benchmark(request, pk):
     )
     messages.success(request, f"Benchmark queued as job #{job.pk}.")
     return redirect(f"{version.get_absolute_url()}#job-{job.pk}")
+
+
+@login_required
+@require_POST
+def version_derive(request, pk):
+    """Create a new version of the same file with another spec or contract."""
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = DeriveVersionForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            child = derive_version(
+                version,
+                request.user,
+                notes=data["notes"],
+                preprocessing=data["preprocessing"],
+                contract=data["contract"],
+            )
+            messages.success(request, f"Created {child} with the new spec and contract.")
+            return redirect(child)
+        except InvalidModel as exc:
+            form.add_error(None, str(exc))
+    context = _version_context(version, derive_form=form)
+    return render(request, "registry/version_detail.html", context, status=400)
+
+
+@login_required
+@require_POST
+def version_notes(request, pk):
+    """Change a version's notes and tags: the only things about a version that may change."""
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = EditNotesForm(request.POST)
+    if form.is_valid():
+        version.notes, version.tags = form.cleaned_data["notes"], form.cleaned_data["tags"]
+        version.save(update_fields=["notes", "tags"])
+        Event.record(version.team, request.user, "version.notes", version)
+        messages.success(request, "Notes and tags saved.")
+    return redirect(version)
+
+
+@login_required
+@require_POST
+def version_export(request, pk):
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    device_class = version.team.device_classes.filter(pk=request.POST.get("device_class")).first()
+    _queue_export(request, version, device_class)
+    return redirect(version)
+
+
+@login_required
+@require_POST
+def version_dataset(request, pk):
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = DatasetForm(request.POST, request.FILES)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            dataset = create_dataset(
+                version, data["file"], request.user, kind=data["kind"], name=data["name"]
+            )
+            messages.success(request, f"Dataset {dataset} attached.")
+            return redirect(f"{version.get_absolute_url()}#datasets")
+        except (InvalidModel, DatasetError) as exc:
+            form.add_error("file", str(exc))
+    context = _version_context(version, dataset_form=form)
+    return render(request, "registry/version_detail.html", context, status=400)

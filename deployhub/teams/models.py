@@ -1,5 +1,8 @@
 """Teams, memberships with roles, and the append-only audit log."""
 
+import hashlib
+import secrets
+
 from django.conf import settings
 from django.db import models
 
@@ -93,3 +96,43 @@ class Event(models.Model):
             target_id=target.pk,
             data=data,
         )
+
+
+API_TOKEN_PREFIX = "dhu_"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def by_token(self, token):
+        """Return the live token record for a presented token, or None."""
+        if not token or not token.startswith(API_TOKEN_PREFIX):
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        return self.select_related("user").filter(token_hash=digest, user__is_active=True).first()
+
+
+class ApiToken(models.Model):
+    """A personal API token: it acts as its user, with the user's roles. Shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_hint = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.token_hint}…)"
+
+    def issue(self):
+        """Set a new secret and return it; only its hash is kept."""
+        token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.token_hash = hashlib.sha256(token.encode()).hexdigest()
+        self.token_hint = token[: len(API_TOKEN_PREFIX) + 4]
+        return token

@@ -86,3 +86,54 @@
     if (detail && detail.dataset.final !== "1") watchDetail(detail);
   });
 })();
+
+// Uploads: send forms marked data-upload with XHR so a progress bar shows how far a big file got.
+(function () {
+  "use strict";
+
+  function showResponse(xhr) {
+    if (xhr.responseURL && new URL(xhr.responseURL).pathname !== new URL(xhr.form.action, location.href).pathname) {
+      location.assign(xhr.responseURL);  // redirected: the upload was stored
+      return;
+    }
+    document.open();
+    document.write(xhr.responseText);  // the page with the form's errors
+    document.close();
+  }
+
+  function upload(form, event) {
+    event.preventDefault();
+    const bar = form.querySelector(".upload-progress");
+    const status = form.querySelector(".upload-status");
+    const button = form.querySelector("button[type=submit]");
+    const xhr = new XMLHttpRequest();
+    xhr.form = form;
+    xhr.open("POST", form.action || location.href);
+    xhr.upload.addEventListener("progress", (e) => {
+      if (!e.lengthComputable) return;
+      bar.hidden = false;
+      bar.value = e.loaded / e.total;
+      if (status) status.textContent = Math.round(100 * e.loaded / e.total) + "% of " + (e.total / 1048576).toFixed(1) + " MB";
+    });
+    xhr.upload.addEventListener("load", () => { if (status) status.textContent = "uploaded; validating…"; });
+    xhr.addEventListener("load", () => showResponse(xhr));
+    xhr.addEventListener("error", () => {
+      button.disabled = false;
+      if (status) status.textContent = "The upload failed: the connection was lost. Nothing was stored.";
+    });
+    button.disabled = true;
+    xhr.send(new FormData(form));
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("form[data-upload]").forEach((form) => {
+      form.addEventListener("submit", (event) => upload(form, event));
+    });
+    document.querySelectorAll("[data-copy]").forEach((button) => {
+      button.addEventListener("click", () => {
+        const text = document.querySelector(button.dataset.copy).textContent;
+        navigator.clipboard.writeText(text).then(() => { button.textContent = "copied"; });
+      });
+    });
+  });
+})();

@@ -1,0 +1,209 @@
+"""API v1 for people and scripts: the model registry, with personal API tokens."""
+
+import functools
+import json
+
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from deployhub.api.views import error
+from deployhub.registry.datasets import DatasetError
+from deployhub.registry.exports import submit_export
+from deployhub.registry.inspect import InvalidModel
+from deployhub.registry.models import Model, ModelVersion, VersionFormat
+from deployhub.registry.uploads import DuplicateVersion, create_dataset, create_version
+from deployhub.teams.access import require_role, teams_of
+from deployhub.teams.models import ApiToken, Role
+
+
+class BadInput(Exception):
+    """A field of the request is missing or malformed (HTTP 400)."""
+
+
+def token_required(view):
+    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        header = request.headers.get("Authorization", "")
+        record = ApiToken.objects.by_token(header.removeprefix("Bearer ").strip())
+        if record is None:
+            return error(
+                401,
+                "An API token is required: Authorization: Bearer dhu_... "
+                "(create one under Account → API tokens).",
+            )
+        ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
+        request.user = record.user
+        try:
+            return view(request, *args, **kwargs)
+        except PermissionDenied as exc:
+            return error(403, str(exc) or "You may not do this.")
+        except Http404:
+            return error(404, "Not found.")
+        except DuplicateVersion as exc:
+            body = {"error": str(exc), "existing": version_json(exc.version)}
+            return JsonResponse(body, status=409)
+        except (InvalidModel, DatasetError, BadInput) as exc:
+            status = 413 if "larger than the upload limit" in str(exc) else 400
+            return error(status, str(exc))
+
+    return wrapper
+
+
+def version_json(version):
+    return {
+        "id": version.pk,
+        "model": version.model_id,
+        "number": version.number,
+        "url": version.get_absolute_url(),
+        "format": version.format,
+        "sha256": version.sha256,
+        "size": version.size,
+        "ir_version": version.ir_version,
+        "opset": version.opset,
+        "producer": version.producer,
+        "inputs": version.inputs,
+        "outputs": version.outputs,
+        "graph": version.graph,
+        "external_data": version.external_data,
+        "contract": version.contract,
+        "preprocessing": version.preprocessing,
+        "warnings": version.warnings,
+        "parent": version.parent_id,
+        "export_report": version.export_report,
+        "notes": version.notes,
+        "tags": version.tags,
+        "created_at": version.created_at.isoformat(),
+    }
+
+
+def model_json(model, versions=False):
+    body = {
+        "id": model.pk,
+        "name": model.name,
+        "team": model.team.slug,
+        "description": model.description,
+        "url": model.get_absolute_url(),
+    }
+    if versions:
+        body["versions"] = [version_json(v) for v in model.versions.order_by("number")]
+    return body
+
+
+def _json_field(request, name):
+    raw = request.POST.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{name} is not valid JSON: {exc}") from exc
+
+
+def _file(request):
+    if "file" not in request.FILES:
+        raise BadInput("Send the model as a multipart file field named 'file'.")
+    return request.FILES["file"]
+
+
+def _upload(request, model):
+    version = create_version(
+        model,
+        _file(request),
+        request.user,
+        notes=request.POST.get("notes", ""),
+        preprocessing=_json_field(request, "preprocessing"),
+        contract=_json_field(request, "contract"),
+    )
+    if version.format == VersionFormat.PT2:
+        slug = request.POST.get("export_on")
+        device_class = model.team.device_classes.filter(slug=slug).first() if slug else None
+        device_class = device_class or model.team.device_classes.first()
+        if device_class is not None:
+            submit_export(version, device_class, request.user)
+    return version
+
+
+def _team(request):
+    teams = teams_of(request.user)
+    slug = request.POST.get("team")
+    if slug:
+        return get_object_or_404(teams, slug=slug)
+    if teams.count() != 1:
+        raise BadInput("You are in several teams: say which one with the 'team' field (its slug).")
+    return teams.get()
+
+
+@require_http_methods(["GET", "POST"])
+@token_required
+def models(request):
+    if request.method == "GET":
+        listed = Model.objects.filter(team__in=teams_of(request.user)).select_related("team")
+        return JsonResponse({"models": [model_json(m) for m in listed]})
+    team = _team(request)
+    require_role(request.user, team, Role.ENGINEER)
+    name = request.POST.get("name", "").strip()
+    if not name:
+        raise BadInput("A model needs a 'name'.")
+    try:
+        with transaction.atomic():
+            model = Model.objects.create(
+                team=team,
+                name=name,
+                created_by=request.user,
+                description=request.POST.get("description", ""),
+            )
+            version = _upload(request, model)
+    except IntegrityError as exc:
+        raise BadInput(f"{team} already has a model named {name!r}.") from exc
+    return JsonResponse({**model_json(model), "version": version_json(version)}, status=201)
+
+
+@require_http_methods(["GET"])
+@token_required
+def model_detail(request, pk):
+    model = get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
+    return JsonResponse(model_json(model, versions=True))
+
+
+@require_http_methods(["POST"])
+@token_required
+def model_versions(request, pk):
+    model = get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
+    require_role(request.user, model.team, Role.ENGINEER)
+    return JsonResponse(version_json(_upload(request, model)), status=201)
+
+
+@require_http_methods(["GET"])
+@token_required
+def version_detail(request, pk):
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    return JsonResponse(version_json(version))
+
+
+@require_http_methods(["POST"])
+@token_required
+def version_datasets(request, pk):
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    require_role(request.user, version.team, Role.ENGINEER)
+    kind, name = request.POST.get("kind", ""), request.POST.get("name", "").strip()
+    if kind not in ("calibration", "validation") or not name:
+        raise BadInput("Send 'kind' (calibration or validation), 'name' and a file 'file'.")
+    dataset = create_dataset(version, _file(request), request.user, kind=kind, name=name)
+    return JsonResponse(
+        {
+            "id": dataset.pk,
+            "name": dataset.name,
+            "kind": dataset.kind,
+            "samples": dataset.samples,
+            "sha256": dataset.sha256,
+        },
+        status=201,
+    )

@@ -1,0 +1,369 @@
+"""Turn an uploaded calibration or validation dataset into checked arrays.
+
+Two upload forms: an `.npz` of already-preprocessed tensors (`inputs`, and
+`labels` for validation), loaded without unpickling; or a zip of images plus
+`labels.csv`, run through the model version's own preprocessing code. Either
+way the result is `{"inputs": ndarray, "labels": ndarray | None}`, checked
+against the model's input-shape contract before it is stored.
+"""
+
+import csv
+import math
+import shutil
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from deployhub.registry.archives import safe_extract_zip
+from deployhub.registry.inspect import InvalidModel
+from workers.preprocessing import compile_preprocess
+
+MAX_PIXELS = 50_000_000
+# A validation set can hold many thousands of images (archives.py defaults to 2,000 members).
+MAX_MEMBERS = 100_000
+MAX_ARRAY_BYTES = 2 * 1024**3
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+FLOAT_TYPES = {"float", "double", "float16", "bfloat16"}
+INT_TYPES = {
+    name: getattr(np, name)
+    for name in ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
+}
+# What np.load and zipfile raise on a file that is not a well-formed .npz.
+NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+class DatasetError(ValueError):
+    """The uploaded dataset cannot be used; the message says why."""
+
+
+def load_npz(path, *, require_labels, max_array_bytes=MAX_ARRAY_BYTES):
+    """Load an .npz of `inputs` (and `labels`) without unpickling; raise DatasetError."""
+    with _open_npz(path) as npz:
+        if "inputs" not in npz.files:
+            held = ", ".join(npz.files) or "nothing"
+            raise DatasetError(f"The .npz has no 'inputs' array (it holds: {held}).")
+        inputs = _read_member(npz, "inputs", max_array_bytes)
+        labels = _read_member(npz, "labels", max_array_bytes) if "labels" in npz.files else None
+    return _checked(inputs, labels, require_labels)
+
+
+def _open_npz(path):
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except NPZ_ERRORS as exc:
+        raise DatasetError(f"This is not a valid .npz file: {exc}") from exc
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise DatasetError(
+            "This is a single .npy array, not an .npz archive; "
+            "save one with np.savez(path, inputs=..., labels=...)."
+        )
+    return npz
+
+
+def _read_member(npz, key, max_array_bytes):
+    # Read the header first: it tells the dtype and the size without decompressing.
+    shape, dtype = _guarded(key, _member_header, npz, key)
+    if dtype.hasobject:
+        raise DatasetError(
+            f"The '{key}' array holds Python objects (dtype=object); save plain numeric arrays."
+        )
+    size = math.prod(shape) * dtype.itemsize
+    if size > max_array_bytes:
+        raise DatasetError(
+            f"The '{key}' array is {size:,} bytes once decompressed; "
+            f"the limit is {max_array_bytes:,}."
+        )
+    return _guarded(key, npz.__getitem__, key)
+
+
+def _guarded(key, read, *args):
+    try:
+        return read(*args)
+    except NPZ_ERRORS as exc:
+        raise DatasetError(f"The '{key}' array could not be read: {exc}") from exc
+
+
+def _member_header(npz, key):
+    name = f"{key}.npy" if f"{key}.npy" in npz.zip.namelist() else key
+    with npz.zip.open(name) as fp:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+    return shape, dtype
+
+
+def _checked(inputs, labels, require_labels):
+    _check_inputs(inputs)
+    if labels is None:
+        if require_labels:
+            raise DatasetError(
+                "The dataset has no labels; a validation dataset needs one integer class "
+                "label per sample."
+            )
+        return {"inputs": inputs, "labels": None}
+    _check_labels(labels, len(inputs))
+    return {"inputs": inputs, "labels": labels.astype(np.int64)}
+
+
+def _check_inputs(inputs):
+    if inputs.dtype.kind not in "iuf":
+        raise DatasetError(
+            f"The inputs hold {inputs.dtype} values; save them as a float or integer array."
+        )
+    if inputs.ndim == 0 or len(inputs) == 0:
+        raise DatasetError("The inputs hold no samples: axis 0 must count at least one.")
+    if inputs.dtype.kind == "f" and not np.isfinite(inputs).all():
+        raise DatasetError("The inputs contain NaN or infinite values.")
+
+
+def _check_labels(labels, count):
+    if labels.dtype.kind not in "iu" or labels.ndim != 1:
+        raise DatasetError(
+            f"The labels must be a 1-D integer array of class indices; they are "
+            f"{labels.dtype} with shape {labels.shape}."
+        )
+    if len(labels) != count:
+        raise DatasetError(f"There are {len(labels)} labels for {count} samples.")
+    if labels.min() < 0:
+        raise DatasetError("The labels must be class indices (0 or more); some are negative.")
+
+
+def load_image_zip(
+    path,
+    spec,
+    *,
+    require_labels,
+    workdir,
+    max_bytes,
+    max_pixels=MAX_PIXELS,
+    max_array_bytes=MAX_ARRAY_BYTES,
+    max_members=MAX_MEMBERS,
+):
+    """Turn a zip of images plus labels.csv into tensors with the version's preprocessing."""
+    preprocess = compile_preprocess(spec)
+    scratch = Path(tempfile.mkdtemp(prefix="dataset-", dir=workdir))
+    try:
+        root = _extract(path, scratch / "files", max_bytes, max_members)
+        rows = _read_rows(root, require_labels)
+        inputs = _tensors(root, rows, preprocess, max_pixels, max_array_bytes)
+        return _checked(inputs, _row_labels(rows), require_labels)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _extract(path, dest, max_bytes, max_members):
+    try:
+        safe_extract_zip(path, dest, max_total_bytes=max_bytes, max_members=max_members)
+    except InvalidModel as exc:
+        raise DatasetError(str(exc)) from exc
+    return _content_root(dest)
+
+
+def _content_root(folder):
+    # "Compress folder" tools wrap everything in one top-level folder: look inside it.
+    entries = [p for p in folder.iterdir() if not _is_junk(p.name)]
+    if len(entries) == 1 and entries[0].is_dir():
+        return _content_root(entries[0])
+    return folder
+
+
+def _is_junk(name):
+    # macOS archives carry __MACOSX/ and ._name resource forks, which are not images.
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _read_rows(root, require_labels):
+    csv_path = root / "labels.csv"
+    if not csv_path.is_file():
+        if require_labels:
+            raise DatasetError(
+                "The archive has no labels.csv; a validation dataset needs one "
+                "(header: filename,label)."
+            )
+        return [(name, None) for name in _image_names(root)]
+    try:
+        with csv_path.open(newline="", encoding="utf-8-sig") as f:
+            return _parse_labels_csv(csv.reader(f), require_labels)
+    except UnicodeDecodeError as exc:
+        raise DatasetError("labels.csv is not UTF-8 text.") from exc
+    except csv.Error as exc:
+        raise DatasetError(f"labels.csv could not be parsed: {exc}") from exc
+
+
+def _image_names(root):
+    names = sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() in IMAGE_SUFFIXES
+        and not any(_is_junk(part) for part in p.relative_to(root).parts)
+    )
+    if not names:
+        raise DatasetError("The archive holds no images.")
+    return names
+
+
+def _parse_labels_csv(reader, require_labels):
+    header = [h.strip().lower() for h in next(reader, [])]
+    if header not in (["filename", "label"], ["filename"]) or (
+        require_labels and header != ["filename", "label"]
+    ):
+        raise DatasetError(f"labels.csv must start with the header filename,label; not {header}.")
+    rows = [_parse_row(row, reader.line_num, require_labels) for row in reader if row]
+    if not rows:
+        raise DatasetError("labels.csv lists no images.")
+    unlabelled = [name for name, label in rows if label is None]
+    if unlabelled and len(unlabelled) < len(rows):
+        raise DatasetError(f"labels.csv: {unlabelled[0]!r} has no label; label every row or none.")
+    return rows
+
+
+def _parse_row(row, line, require_labels):
+    name = row[0].strip()
+    text = row[1].strip() if len(row) > 1 else ""
+    if not name:
+        raise DatasetError(f"labels.csv line {line}: the filename is empty.")
+    if not text:
+        if require_labels:
+            raise DatasetError(f"labels.csv line {line}: {name!r} has no label.")
+        return name, None
+    if not (text.isascii() and text.isdigit()):
+        raise DatasetError(
+            f"labels.csv line {line}: the label {text!r} is not a class index (0, 1, 2...)."
+        )
+    return name, int(text)
+
+
+def _row_labels(rows):
+    if rows[0][1] is None:
+        return None
+    return np.array([label for _, label in rows], dtype=np.int64)
+
+
+def _tensors(root, rows, preprocess, max_pixels, max_array_bytes):
+    tensors = []
+    for name, _ in rows:
+        tensors.append(_tensor(root, name, preprocess, max_pixels))
+        if tensors[0].nbytes * len(rows) > max_array_bytes:
+            raise DatasetError(
+                f"{len(rows)} images of {tensors[0].nbytes:,} bytes each exceed the "
+                f"{max_array_bytes:,} byte limit for a dataset."
+            )
+    return np.stack(tensors)
+
+
+def _tensor(root, name, preprocess, max_pixels):
+    with _open_image(_member_path(root, name), name, max_pixels) as image:
+        try:
+            return preprocess(image)
+        except ValueError as exc:
+            raise DatasetError(f"{name!r}: {exc}") from exc
+
+
+def _member_path(root, name):
+    path = (root / name.replace("\\", "/")).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise DatasetError(f"labels.csv names {name!r}, which is outside the archive.")
+    if not path.is_file():
+        raise DatasetError(f"labels.csv names {name!r}, which is not in the archive.")
+    return path
+
+
+def _open_image(path, name, max_pixels):
+    try:
+        image = Image.open(path)
+        _check_pixels(image, name, max_pixels)
+        image.load()
+    except Image.DecompressionBombError as exc:
+        raise DatasetError(f"{name!r} is too large to decode safely: {exc}") from exc
+    except DatasetError:
+        raise
+    except Exception as exc:  # Pillow's decoders raise many unrelated types
+        raise DatasetError(f"{name!r} could not be read as an image: {exc}") from exc
+    return image
+
+
+def _check_pixels(image, name, max_pixels):
+    # Checked on the header, before decoding: a tiny file can declare gigapixels.
+    if image.width * image.height > max_pixels:
+        image.close()
+        raise DatasetError(
+            f"{name!r} declares {image.width}x{image.height} pixels, over the "
+            f"{max_pixels:,} pixel limit; it is refused as a possible decompression bomb."
+        )
+
+
+def check_against_contract(inputs, model_inputs, contract):
+    """Refuse samples that do not fit the model's single input and its (validated) contract."""
+    if len(model_inputs) != 1:
+        raise DatasetError("Datasets for models with several inputs are not supported yet.")
+    name = model_inputs[0]["name"]
+    entry = contract["inputs"][name]
+    if not _fits(inputs.shape[1:], entry):
+        raise DatasetError(
+            f"The dataset's samples have shape {inputs.shape[1:]} but the contract of "
+            f"{name!r} expects {_expected(entry)}."
+        )
+    _check_dtype(inputs, name, model_inputs[0]["dtype"])
+
+
+def _fits(sample_shape, entry):
+    dims = entry["shape"][1:]
+    if len(sample_shape) != len(dims):
+        return False
+    for axis, (got, want) in enumerate(zip(sample_shape, dims, strict=True), start=1):
+        if isinstance(want, str):
+            bounds = entry["dynamic"][str(axis)]
+            if not bounds["min"] <= got <= bounds["max"]:
+                return False
+        elif got != want:
+            return False
+    return True
+
+
+def _expected(entry):
+    parts = []
+    for axis, dim in enumerate(entry["shape"][1:], start=1):
+        if isinstance(dim, str):
+            bounds = entry["dynamic"][str(axis)]
+            parts.append(f"{bounds['min']}..{bounds['max']}")
+        else:
+            parts.append(str(dim))
+    return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+
+
+def _check_dtype(inputs, name, dtype):
+    kind = inputs.dtype.kind
+    if dtype in FLOAT_TYPES or dtype.startswith("float8"):
+        if kind != "f":
+            raise DatasetError(
+                f"The dataset holds {inputs.dtype} values but {name!r} takes {dtype}: "
+                "store the preprocessed float tensors, not raw pixels."
+            )
+    elif dtype in INT_TYPES:
+        info = np.iinfo(INT_TYPES[dtype])
+        if kind not in "iu" or inputs.min() < info.min or inputs.max() > info.max:
+            raise DatasetError(
+                f"The dataset holds {inputs.dtype} values but {name!r} takes {dtype}: "
+                f"store whole numbers from {info.min} to {info.max}."
+            )
+    else:
+        raise DatasetError(f"Datasets for inputs of type {dtype} are not supported.")
+
+
+def describe(arrays):
+    """Summarise loaded dataset arrays for display and storage."""
+    inputs, labels = arrays["inputs"], arrays["labels"]
+    return {
+        "samples": len(inputs),
+        "input_shape": list(inputs.shape[1:]),
+        "input_dtype": str(inputs.dtype),
+        "labels": labels is not None,
+        "classes": len(np.unique(labels)) if labels is not None else None,
+    }
