@@ -224,15 +224,39 @@ class _RunsCommand:
         return (os.system, ("echo pwned",))
 
 
-def write_pt2_with_code_in_sample_inputs(folder):
-    """Write a .pt2 whose sample inputs pickle calls os.system when a worker loads it."""
+def _pt2_with_sample_pickle(folder, pickled, name):
+    """Write a good .pt2 whose sample inputs (a torch.save zip) hold the given pickle."""
     good = write_good_pt2(Path(folder))
     payload = io.BytesIO()
     with zipfile.ZipFile(payload, "w") as inner:
-        inner.writestr("archive/data.pkl", pickle.dumps(_RunsCommand(), protocol=2))
+        inner.writestr("archive/data.pkl", pickled)
         inner.writestr("archive/version", b"3\n")
-    replace = lambda name, data: payload.getvalue() if "sample_inputs" in name else data  # noqa: E731
-    return _rewrite_pt2(good, Path(folder) / "sample-inputs-code.pt2", replace)
+    replace = lambda member, data: payload.getvalue() if "sample_inputs" in member else data  # noqa: E731
+    return _rewrite_pt2(good, Path(folder) / name, replace)
+
+
+def write_pt2_with_code_in_sample_inputs(folder):
+    """Write a .pt2 whose sample inputs pickle calls os.system when a worker loads it."""
+    pickled = pickle.dumps(_RunsCommand(), protocol=2)
+    return _pt2_with_sample_pickle(folder, pickled, "sample-inputs-code.pt2")
+
+
+def write_pt2_with_hidden_import_in_sample_inputs(folder):
+    """Write a .pt2 whose sample inputs import os.system through memo lookups."""
+    pickled = b"\x80\x04\x8c\x05posix\x94\x8c\x06system\x94h\x00h\x01\x93\x8c\x01x\x85R."
+    return _pt2_with_sample_pickle(folder, pickled, "sample-inputs-hidden.pt2")
+
+
+def write_pt2_calling_a_non_operator(folder):
+    """Write a .pt2 whose graph calls operator.attrgetter, a step to reach os.system."""
+    good = write_good_pt2(Path(folder))
+
+    def replace(name, data):
+        if name.endswith("models/model.json"):
+            return data.replace(b'"torch.ops.aten.relu.default"', b'"_operator.attrgetter"')
+        return data
+
+    return _rewrite_pt2(good, Path(folder) / "non-operator.pt2", replace)
 
 
 def write_pt2_with_code_in_shape_expression(folder):
@@ -357,6 +381,8 @@ CASES = [
         write_pt2_with_code_in_sample_inputs,
         "inputs that import",
     ),
+    ("pt2 hidden import in sample inputs", write_pt2_with_hidden_import_in_sample_inputs, "hide"),
+    ("pt2 graph calls a non-operator", write_pt2_calling_a_non_operator, "not a torch operator"),
     ("pt2 shape expression runs code", write_pt2_with_code_in_shape_expression, "not plain"),
     ("pt2 with pickled weights", write_pt2_with_pickled_weights, "as a pickle"),
     ("pt2 with AOTInductor library", write_pt2_with_compiled_code, "compiled code"),

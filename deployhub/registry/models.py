@@ -16,7 +16,7 @@ class VersionFormat(ChoiceSet):
         (ONNX_ZIP, "ONNX with external data", "blue"),
         (PT2, "PyTorch export program (.pt2)", "purple"),
     )
-    # An ONNX model with external data is kept as the zip it came in: model and data travel together.
+    # An ONNX model with external data stays the zip it came in: model and data travel together.
     EXTENSIONS = {ONNX: ".onnx", ONNX_ZIP: ".zip", PT2: ".pt2"}
 
 
@@ -113,6 +113,22 @@ class ModelVersion(models.Model):
     def __str__(self):
         return f"{self.model.name} v{self.number}"
 
+    def save(self, *args, **kwargs):
+        """Refuse to change a stored version except its notes and tags."""
+        if self.pk is not None:
+            stored = type(self).objects.filter(pk=self.pk).values().first() or {}
+            changed = {
+                f.attname
+                for f in self._meta.concrete_fields
+                if f.attname in stored and stored[f.attname] != getattr(self, f.attname)
+            }
+            if changed - IMMUTABLE_EXCEPT:
+                raise ValueError(
+                    f"Versions are immutable: {', '.join(sorted(changed - IMMUTABLE_EXCEPT))} "
+                    "cannot change. Upload a new version instead."
+                )
+        super().save(*args, **kwargs)
+
     def get_absolute_url(self):
         return reverse("version_detail", args=[self.pk])
 
@@ -130,22 +146,6 @@ class ModelVersion(models.Model):
 
     def previous(self):
         return self.model.versions.filter(number__lt=self.number).order_by("-number").first()
-
-    def save(self, *args, **kwargs):
-        """Refuse to change a stored version except its notes and tags."""
-        if self.pk is not None:
-            stored = type(self).objects.filter(pk=self.pk).values().first() or {}
-            changed = {
-                f.attname
-                for f in self._meta.concrete_fields
-                if f.attname in stored and stored[f.attname] != getattr(self, f.attname)
-            }
-            if changed - IMMUTABLE_EXCEPT:
-                raise ValueError(
-                    f"Versions are immutable: {', '.join(sorted(changed - IMMUTABLE_EXCEPT))} "
-                    "cannot change. Upload a new version instead."
-                )
-        super().save(*args, **kwargs)
 
 
 def dataset_upload_path(instance, filename):
