@@ -1,4 +1,4 @@
-"""Uploaded files: names, kinds, archives, ONNX and .pt2 checks, with no database and no torch."""
+"""Uploaded files: names, kinds, archives, ONNX, .pt2; the code under test never imports torch."""
 
 import os
 import subprocess

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zipfile
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -245,8 +246,9 @@ def run_benchmark(job_run, inputs):
     if "model" not in inputs:
         raise JobError("a benchmark job needs an input named 'model'")
     params = job_run.job.get("params") or {}
+    model = onnx_model_path(inputs["model"], job_run.workdir / "model")
     result = benchmark_onnxruntime(
-        inputs["model"], params, progress=job_run.report, should_stop=job_run.should_stop
+        model, params, progress=job_run.report, should_stop=job_run.should_stop
     )
     latency = result["latency_ms"]
     job_run.log.add(
@@ -255,6 +257,22 @@ def run_benchmark(job_run, inputs):
     )
     result["fingerprint"] = job_run.fingerprint or fingerprints.collect()
     return result
+
+
+def onnx_model_path(path, folder):
+    """Return the ONNX file to load: the input itself, or the one inside an uploaded zip.
+
+    An ONNX model with external data arrives as the zip it was uploaded in. The hub
+    validated that zip member by member, and the download matched its sha256.
+    """
+    if path.suffix != ".zip":
+        return path
+    with zipfile.ZipFile(path) as archive:
+        archive.extractall(folder)
+    models = sorted(folder.rglob("*.onnx"))
+    if len(models) != 1:
+        raise JobError(f"the model zip should hold one .onnx file, it holds {len(models)}")
+    return models[0]
 
 
 def run_export(job_run, inputs):

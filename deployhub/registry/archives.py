@@ -25,6 +25,7 @@ CHUNK = 1024 * 1024
 MAX_FILENAME = 255
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_PT2_BYTES = 16 * 1024**3
+MAX_PT2_MEMBERS = 20_000  # torch.export.save writes one member per weight
 KINDS = {".onnx": "onnx", ".zip": "onnx-zip", ".pt2": "pt2"}
 PICKLE_EXTENSIONS = {".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".joblib"}
 ACCEPTED = (
@@ -248,7 +249,7 @@ ARCHIVE_MEMBER = re.compile(
     r"archive_format|archive_version|byteorder|\.data/(version|serialization_id)"
     r"|models/[\w.-]+\.json|data/sample_inputs/[\w.-]+\.pt|extra/[^/]+"
     r"|data/weights/([\w.-]+_weights_config\.json|weight_\d+)"
-    r"|data/constants/([\w.-]+_constants_config\.json|tensor_\d+)"
+    r"|data/constants/([\w.-]+_constants_config\.json|(tensor|custom_obj|opaque_obj)_\d+)"
 )
 COMPILED_FOLDERS = ("data/aotinductor/", "data/executorch/", "data/mtia", "xl_model_weights/")
 SCALAR_TYPES = {
@@ -556,7 +557,9 @@ def inspect_pt2(path, workdir, *, max_total_bytes=MAX_PT2_BYTES):
     """Validate a torch.export archive without torch or unpickling, and describe it."""
     folder = Path(tempfile.mkdtemp(dir=workdir, prefix="pt2-"))
     try:
-        safe_extract_zip(path, folder / "archive", max_total_bytes=max_total_bytes)
+        safe_extract_zip(
+            path, folder / "archive", max_total_bytes=max_total_bytes, max_members=MAX_PT2_MEMBERS
+        )
         return _read_pt2(folder / "archive", max_total_bytes)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -7,6 +7,7 @@ it prints one JSON object: {"info": {...}} or {"error": "..."}.
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -23,11 +24,14 @@ def inspect_kind(kind, path, workdir, *, max_total_bytes):
     from deployhub.registry.inspect import inspect_onnx
 
     if kind == "onnx":
-        return inspect_onnx(path)
+        # Inspect a private link to the upload: external data must not resolve to other uploads.
+        private = workdir / "model.onnx"
+        os.link(path, private)
+        return inspect_onnx(private)
     if kind == "onnx-zip":
         safe_extract_zip(path, workdir / "zip", max_total_bytes=max_total_bytes)
         return {**inspect_onnx(find_single_onnx(workdir / "zip")), "format": kind}
-    return inspect_pt2(path, workdir)
+    return inspect_pt2(path, workdir, max_total_bytes=max_total_bytes)
 
 
 def validate_in_child(kind, path, workdir, *, max_total_bytes, memory_mb, timeout):

@@ -1,0 +1,107 @@
+"""Attaching calibration and validation datasets to a model, checked against the version."""
+
+import io
+import zipfile
+
+import numpy as np
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from deployhub.registry.models import Dataset
+from deployhub.registry.uploads import create_version
+from tests.conftest import ASSETS, PASSWORD
+from tests.test_registry_api import token_for
+from tests.test_registry_versions import DEMO_SPEC
+
+
+def post_dataset(client, user, version, name, filename, data, kind="validation"):
+    return client.post(
+        f"/api/v1/versions/{version.pk}/datasets",
+        {"kind": kind, "name": name, "file": SimpleUploadedFile(filename, data)},
+        **token_for(user),
+    )
+
+
+def test_it_attaches_an_npz_validation_set(client, alice, version):
+    response = post_dataset(
+        client, alice, version, "val", "validation.npz", (ASSETS / "validation.npz").read_bytes()
+    )
+    assert response.status_code == 201, response.json()
+    dataset = Dataset.objects.get()
+    assert dataset.samples == 300 and dataset.has_labels and dataset.classes == 10
+    assert dataset.input_shape == [3, 32, 32] and dataset.checked_against == version
+    stored = np.load(dataset.file.path, allow_pickle=False)
+    assert stored["inputs"].shape == (300, 3, 32, 32)
+
+
+def test_a_validation_set_needs_labels(client, alice, version):
+    response = post_dataset(
+        client, alice, version, "cal", "calibration.npz", (ASSETS / "calibration.npz").read_bytes()
+    )
+    assert response.status_code == 400 and "labels" in response.json()["error"]
+    assert (
+        post_dataset(
+            client,
+            alice,
+            version,
+            "cal",
+            "calibration.npz",
+            (ASSETS / "calibration.npz").read_bytes(),
+            kind="calibration",
+        ).status_code
+        == 201
+    )
+
+
+def test_it_refuses_samples_that_do_not_fit_the_contract(client, alice, version):
+    buffer = io.BytesIO()
+    np.savez(buffer, inputs=np.zeros((4, 3, 28, 28), np.float32), labels=np.zeros(4, np.int64))
+    response = post_dataset(client, alice, version, "small", "small.npz", buffer.getvalue())
+    assert response.status_code == 400
+    assert "(3, 28, 28)" in response.json()["error"] and "(3, 32, 32)" in response.json()["error"]
+    assert not Dataset.objects.exists()
+
+
+def image_zip():
+    samples = np.load(ASSETS / "samples" / "tensors.npz", allow_pickle=False)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        rows = ["filename,label"]
+        for name, label in zip(samples["names"], samples["labels"], strict=True):
+            archive.write(ASSETS / "samples" / str(name), str(name))
+            rows.append(f"{name},{label}")
+        archive.writestr("labels.csv", "\n".join(rows) + "\n")
+    return buffer.getvalue(), samples
+
+
+def test_an_image_zip_becomes_the_tensors_the_training_pipeline_fed(
+    client, alice, demo_team, model_file
+):
+    from deployhub.registry.models import Model
+
+    model = Model.objects.create(team=demo_team, name="digits")
+    with open(model_file, "rb") as handle:
+        version = create_version(
+            model, SimpleUploadedFile("d.onnx", handle.read()), alice, preprocessing=DEMO_SPEC
+        )
+    data, samples = image_zip()
+    client.login(username="alice", password=PASSWORD)
+    response = client.post(
+        f"/versions/{version.pk}/datasets",
+        {
+            "kind": "validation",
+            "name": "camera-samples",
+            "file": SimpleUploadedFile("samples.zip", data),
+        },
+    )
+    assert response.status_code == 302
+    dataset = Dataset.objects.get()
+    assert dataset.source == "images" and dataset.samples == 8
+    stored = np.load(dataset.file.path, allow_pickle=False)
+    np.testing.assert_allclose(stored["inputs"], samples["inputs"], atol=1e-5)
+    np.testing.assert_array_equal(stored["labels"], samples["labels"])
+
+
+def test_an_image_zip_needs_a_spec_on_the_version(client, alice, version):
+    data, _ = image_zip()
+    response = post_dataset(client, alice, version, "imgs", "samples.zip", data)
+    assert response.status_code == 400 and "preprocessing spec" in response.json()["error"]
