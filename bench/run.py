@@ -9,6 +9,7 @@ Needs PostgreSQL and Redis on 127.0.0.1 (`make bench` checks they answer). It
 uses its own database (deployhub_bench) and Redis database 14.
 """
 
+import io
 import json
 import os
 import platform
@@ -255,27 +256,33 @@ def write_big_onnx_zip(folder):
     return archive
 
 
-def multipart_stream(path, fields, boundary="deployhub-bench-boundary"):
-    """Return (body generator, length) of a multipart body that streams the file from disk."""
-    head = "".join(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-        for k, v in fields.items()
-    )
-    head += (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"'
-        f"\r\nContent-Type: application/zip\r\n\r\n"
-    )
-    tail = f"\r\n--{boundary}--\r\n".encode()
-    length = len(head.encode()) + path.stat().st_size + len(tail)
+class MultipartFile:
+    """A multipart body read from disk as it is sent: requests streams it with a Content-Length."""
 
-    def body():
-        yield head.encode()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1024 * 1024):
-                yield chunk
-        yield tail
+    def __init__(self, path, fields, boundary="deployhub-bench-boundary"):
+        head = "".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+            for k, v in fields.items()
+        )
+        head += (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{path.name}"\r\nContent-Type: application/zip\r\n\r\n'
+        )
+        self.parts = [io.BytesIO(head.encode()), open(path, "rb"),
+                      io.BytesIO(f"\r\n--{boundary}--\r\n".encode())]
+        self.length = sum(len(p.getvalue()) for p in self.parts[::2]) + path.stat().st_size
+        self.content_type = f"multipart/form-data; boundary={boundary}"
 
-    return body(), length, f"multipart/form-data; boundary={boundary}"
+    def __len__(self):
+        return self.length
+
+    def read(self, size=-1):
+        size = 1024 * 1024 if size is None or size < 0 else size
+        while self.parts:
+            if chunk := self.parts[0].read(size):
+                return chunk
+            self.parts.pop(0).close()
+        return b""
 
 
 class PeakRSS:
@@ -325,18 +332,14 @@ def bench_upload_memory():
     work = Path(tempfile.mkdtemp(prefix="deployhub-upload-"))
     try:
         archive = write_big_onnx_zip(work)
-        body, length, content_type = multipart_stream(archive, {"notes": "1 GB bench"})
+        body = MultipartFile(archive, {"notes": "1 GB bench"})
         web = [c.pid for c in psutil.Process(stack.processes[0].pid).children()]
         meter = PeakRSS(web)
         started = time.monotonic()
         response = requests.post(
             f"{stack.url}/api/v1/models/{model.pk}/versions",
             data=body,
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": content_type,
-                "Content-Length": str(length),
-            },
+            headers={"Authorization": f"Bearer {token}", "Content-Type": body.content_type},
             timeout=1800,
         )
         seconds = time.monotonic() - started

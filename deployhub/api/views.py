@@ -42,6 +42,8 @@ def device_required(view):
             return error(409, str(exc))
         except (BadRequest, InvalidModel) as exc:
             return error(400, str(exc))
+        except Job.DoesNotExist:
+            return error(404, "No such job.")
 
     return wrapper
 
@@ -137,7 +139,6 @@ def device_heartbeat(request, device):
 @require_POST
 @device_required
 def claim(request, device, job_id):
-    _job_for(device, job_id)
     job = actions.claim_job(job_id, device, _attempt(_body(request).get("attempt")))
     device.record_heartbeat()
     return JsonResponse(_job_json(job))
@@ -146,7 +147,6 @@ def claim(request, device, job_id):
 @require_POST
 @device_required
 def job_heartbeat(request, device, job_id):
-    _job_for(device, job_id)
     body = _body(request)
     job = actions.heartbeat_job(
         job_id,
@@ -167,7 +167,6 @@ def job_heartbeat(request, device, job_id):
 @require_POST
 @device_required
 def complete(request, device, job_id):
-    _job_for(device, job_id)
     body = _body(request)
     state = body.get("state")
     if state not in JobState.FINAL:

@@ -149,7 +149,12 @@ class Device(models.Model):
         return DeviceState.label(self.state)
 
     def record_heartbeat(self, fingerprint=None):
-        self.last_heartbeat_at = timezone.now()
+        """Mark the device alive now; a beat within the last second changes nothing."""
+        now = timezone.now()
+        recent = self.last_heartbeat_at and (now - self.last_heartbeat_at).total_seconds() < 1
+        if recent and not fingerprint:
+            return
+        self.last_heartbeat_at = now
         fields = ["last_heartbeat_at"]
         if fingerprint:
             self.fingerprint = fingerprint

@@ -60,8 +60,12 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
     return job
 
 
-def _locked(job_id):
-    return Job.objects.select_for_update().select_related("device_class").get(pk=job_id)
+def _locked(job_id, device=None):
+    """Lock and return the job; a device sees only its own team's jobs (others: DoesNotExist)."""
+    jobs = Job.objects.select_for_update().select_related("device_class")
+    if device is not None:
+        jobs = jobs.filter(team_id=device.device_class.team_id)
+    return jobs.get(pk=job_id)
 
 
 def check_holder(job, device, attempt):
@@ -77,7 +81,7 @@ def check_holder(job, device, attempt):
 def claim_job(job_id, device, attempt):
     """Give the job to the device for this attempt, under a fresh lease."""
     with transaction.atomic():
-        job = _locked(job_id)
+        job = _locked(job_id, device)
         if job.device_class_id != device.device_class_id:
             raise WrongDevice("This job belongs to another device class.")
         if attempt != job.attempt:
@@ -100,7 +104,7 @@ def claim_job(job_id, device, attempt):
 def heartbeat_job(job_id, device, attempt, progress=None, message=None, log=""):
     """Extend the lease and record progress; return the job (see its cancel_requested)."""
     with transaction.atomic():
-        job = _locked(job_id)
+        job = _locked(job_id, device)
         check_holder(job, device, attempt)
         if job.state != JobState.RUNNING:
             raise JobConflict(f"The job is {job.state}.")
@@ -131,7 +135,7 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
     if state not in JobState.FINAL:
         raise ValueError(f"state must be one of {', '.join(JobState.FINAL)}")
     with transaction.atomic():
-        job = _locked(job_id)
+        job = _locked(job_id, device)
         if _is_repeat(job, device, attempt, state):
             return job
         check_holder(job, device, attempt)
