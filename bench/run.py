@@ -5,6 +5,7 @@ Each row prints the figure, its target and PASS or MISS; all rows also go to
 bench/results.json. A miss is reported, never hidden; the exit code stays 0 so
 every row is always printed (CI does not run this: the machine is shared and noisy).
 
+`python bench/run.py [bench_job_pipeline] [bench_upload_memory]` runs some rows only.
 Needs PostgreSQL and Redis on 127.0.0.1 (`make bench` checks they answer). It
 uses its own database (deployhub_bench) and Redis database 14.
 """
@@ -371,7 +372,8 @@ def main():
 
     django.setup()
     call_command("migrate", verbosity=0)
-    rows = [r for bench in BENCHES for r in bench()]
+    chosen = [b for b in BENCHES if not sys.argv[1:] or b.__name__ in sys.argv[1:]]
+    rows = [r for bench in chosen for r in bench()]
     print_rows(rows)
     write_results(rows)
 

@@ -1,5 +1,6 @@
 """`make run`'s embedded mode: SQLite, the filesystem broker, hub worker and local worker."""
 
+import contextlib
 import os
 import re
 import signal
@@ -40,6 +41,7 @@ def embedded(tmp_path):
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     output = lambda: (tmp_path / "run.log").read_text(errors="replace")  # noqa: E731
     wait_until(
@@ -55,7 +57,13 @@ def embedded(tmp_path):
         "var": tmp_path / "var",
     }
     if process.poll() is None:
-        process.kill()
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the session
     log.close()
 
 
@@ -124,4 +132,12 @@ def test_stopping_make_run_stops_every_process(embedded):
     embedded["process"].send_signal(signal.SIGINT)
     embedded["process"].wait(timeout=30)
     gone, alive = psutil.wait_procs(children, timeout=15)
+    assert alive == []
+
+
+def test_killing_make_run_outright_takes_its_processes_down(embedded):
+    children = psutil.Process(embedded["process"].pid).children(recursive=True)
+    embedded["process"].kill()
+    embedded["process"].wait(timeout=10)
+    gone, alive = psutil.wait_procs(children, timeout=20)
     assert alive == []

@@ -1,5 +1,6 @@
 """Start the whole product on one machine: hub, hub worker with the reaper, one local CPU worker."""
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -13,6 +14,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deployhub.demo.management.commands.seed_demo import LOCAL_CLASS, LOCAL_DEVICE, demo_password
 from deployhub.devices.models import Device
+
+
+def die_with_parent():
+    """Ask Linux to stop this child when run_embedded dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def rotate_local_token():
@@ -106,9 +117,11 @@ class Command(BaseCommand):
         return {name: self.spawn(name, cmd, env) for name, cmd in commands.items()}
 
     def spawn(self, name, command, env):
-        """Start one process with its output in var/logs/<name>.log."""
+        """Start one process with its output in var/logs/<name>.log; it dies with us."""
         with open(self.log_dir / f"{name}.log", "ab") as log:
-            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
 
     def wait_ready(self, url, timeout=60):
         deadline = time.monotonic() + timeout
