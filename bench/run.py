@@ -269,8 +269,11 @@ class MultipartFile:
             f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
             f'filename="{path.name}"\r\nContent-Type: application/zip\r\n\r\n'
         )
-        self.parts = [io.BytesIO(head.encode()), open(path, "rb"),
-                      io.BytesIO(f"\r\n--{boundary}--\r\n".encode())]
+        self.parts = [
+            io.BytesIO(head.encode()),
+            open(path, "rb"),
+            io.BytesIO(f"\r\n--{boundary}--\r\n".encode()),
+        ]
         self.length = sum(len(p.getvalue()) for p in self.parts[::2]) + path.stat().st_size
         self.content_type = f"multipart/form-data; boundary={boundary}"
 

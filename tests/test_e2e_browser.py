@@ -141,17 +141,24 @@ def test_a_user_uploads_a_model_in_the_browser_and_sees_refusals(live_server, br
     page.goto(f"{live_server.url}/models/")
     page.fill("input[name=name]", "digits")
     page.set_input_files("input[name=file]", str(ASSETS / "digits_cnn_v1.onnx"))
-    page.fill("textarea[name=preprocessing]",
-              '{"resize": {"height": 32, "width": 32, "interpolation": "bilinear"},'
-              ' "scale": 0.00392156862745098, "layout": "NCHW"}')
+    page.fill(
+        "textarea[name=preprocessing]",
+        '{"resize": {"height": 32, "width": 32, "interpolation": "bilinear"},'
+        ' "scale": 0.00392156862745098, "layout": "NCHW"}',
+    )
     page.click("form[data-upload] button[type=submit]")
     expect(page.locator("h1")).to_have_text("digits")
     expect(page.locator("table.data")).to_contain_text("[N, 3, 32, 32]")
 
     # A pickle is refused with the reason, on the same form, and nothing is stored.
-    page.set_input_files("input[name=file]", {
-        "name": "model.pt", "mimeType": "application/octet-stream",
-        "buffer": b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94."})
+    page.set_input_files(
+        "input[name=file]",
+        {
+            "name": "model.pt",
+            "mimeType": "application/octet-stream",
+            "buffer": b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.",
+        },
+    )
     page.click("form[data-upload] button[type=submit]")
     expect(page.locator(".errorlist")).to_contain_text("runs arbitrary code")
     assert ModelVersion.objects.count() == 1

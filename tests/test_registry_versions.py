@@ -90,3 +90,41 @@ def test_the_diff_lists_operator_and_parameter_changes(client, alice, version):
     page = client.get(new.get_absolute_url()).content.decode()
     assert "parameters" in page and str(version.graph["parameters"]) in page
     assert str(new.graph["parameters"]) in page
+
+
+def test_a_model_with_open_height_and_width_needs_a_contract_and_is_warned_about(
+    alice, demo_team, tmp_path
+):
+    import json
+
+    from onnx import TensorProto, helper
+
+    from deployhub.registry.inspect import InvalidModel
+    from deployhub.registry.models import Model
+    from deployhub.registry.uploads import create_version
+
+    shape = ["N", 3, "H", "W"]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    model = Model.objects.create(team=demo_team, name="dynamic")
+    with pytest.raises(InvalidModel, match="upload it with an input-shape contract"):
+        create_version(model, SimpleUploadedFile("d.onnx", data), alice)
+    ranges = {"min": 64, "opt": 224, "max": 512}
+    contract = {
+        "inputs": {
+            "x": {
+                "shape": ["batch", 3, "H", "W"],
+                "batch": {"sizes": [1, 8]},
+                "dynamic": {"2": ranges, "3": ranges},
+            }
+        }
+    }
+    version = create_version(
+        model, SimpleUploadedFile("d.onnx", data), alice, contract=json.loads(json.dumps(contract))
+    )
+    assert any("dynamic height/width" in w for w in version.warnings)

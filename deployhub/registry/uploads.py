@@ -7,6 +7,7 @@ the version. Whatever fails, the temporary files go.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -203,10 +204,21 @@ def check_spec_and_contract(info, preprocessing, contract):
     """Return the validated spec and contract for a version, or raise InvalidModel."""
     try:
         spec = validate_spec(preprocessing) if preprocessing else {}
-        contract = validate_contract(contract or default_contract(info["inputs"]), info["inputs"])
-    except (SpecError, ContractError) as exc:
-        raise InvalidModel(str(exc)) from exc
-    return spec, contract
+    except SpecError as exc:
+        raise InvalidModel(f"Preprocessing spec: {exc}") from exc
+    proposed = contract or default_contract(info["inputs"])
+    try:
+        return spec, validate_contract(proposed, info["inputs"])
+    except ContractError as exc:
+        hint = (
+            ""
+            if contract
+            else (
+                " The model leaves these dims open: upload it with an input-shape contract that "
+                f"fills in min, opt and max, starting from {json.dumps(proposed)}"
+            )
+        )
+        raise InvalidModel(f"Contract: {exc}{hint}") from exc
 
 
 def create_version(model, uploaded_file, user, *, notes="", preprocessing=None, contract=None):
