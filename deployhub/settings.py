@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "deployhub.devices",
     "deployhub.jobs",
     "deployhub.benchmarks",
+    "deployhub.engines",
     "deployhub.demo",
 ]
 

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from deployhub import views
 from deployhub.devices import views as device_views
+from deployhub.engines import views as engine_views
 from deployhub.jobs import views as job_views
 from deployhub.registry import views as registry_views
 from deployhub.teams import views as team_views
@@ -27,7 +28,12 @@ urlpatterns = [
     path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),
     path("devices/", device_views.device_classes, name="device_classes"),
     path("devices/classes/<int:pk>/", device_views.device_class_detail, name="device_class_detail"),
+    path("devices/<int:pk>/", device_views.device_detail, name="device_detail"),
     path("devices/<int:pk>/drain", device_views.device_drain, name="device_drain"),
+    path("versions/<int:pk>/compile", engine_views.version_compile, name="version_compile"),
+    path("engines/<int:pk>/", engine_views.engine_detail, name="engine_detail"),
+    path("engines/<int:pk>/rebuild", engine_views.engine_rebuild, name="engine_rebuild"),
+    path("engines/<int:pk>/benchmark", engine_views.engine_benchmark, name="engine_benchmark"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),

@@ -1,18 +1,40 @@
-"""The device fingerprint: what the hub keys compiled engines on."""
+"""The device fingerprint: what the hub keys compiled engines on, and what changed in it."""
 
+import importlib.metadata
+import importlib.util
 import json
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
 
 import onnxruntime
 import psutil
+import pytest
 
 from workers import fingerprint
-from workers.cli import main
+from workers.app import CONTEXT
+from workers.cli import _start_device_heartbeat, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _nvml_works():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    pynvml.nvmlShutdown()
+    return True
 
 
 def test_it_collects_the_documented_fields():
     collected = fingerprint.collect()
 
-    assert collected["schema"] == 1
+    assert collected["schema"] == 2
     assert set(collected) == {
         "schema",
         "os",
@@ -20,13 +42,191 @@ def test_it_collects_the_documented_fields():
         "hostname",
         "cpu",
         "memory_mb",
+        "gpus",
+        "nvidia_driver",
+        "cuda",
         "onnxruntime",
+        "tensorrt",
+        "openvino",
+        "torch",
+        "cudnn",
     }
     assert set(collected["os"]) == {"system", "release", "machine"}
-    assert set(collected["cpu"]) == {"model", "count", "flags"}
+    assert set(collected["cpu"]) == {"model", "count", "flags", "isa_level"}
     assert collected["cpu"]["count"] == psutil.cpu_count(logical=True)
+    assert collected["cpu"]["isa_level"] == fingerprint.isa_level(collected["cpu"]["flags"])
     assert collected["memory_mb"] == psutil.virtual_memory().total // 2**20
     assert json.loads(json.dumps(collected)) == collected
+
+
+def test_it_reports_the_same_fingerprint_twice_in_a_row():
+    assert fingerprint.collect() == fingerprint.collect()
+
+
+@pytest.mark.skipif(_nvml_works(), reason="this machine has an NVIDIA driver")
+def test_it_reports_gpus_driver_and_cuda_as_unknown_without_a_driver():
+    collected = fingerprint.collect()
+
+    assert collected["gpus"] is None
+    assert collected["nvidia_driver"] is None
+    assert collected["cuda"] is None or collected["cuda"]["driver_api"] is None
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorrt") or importlib.util.find_spec("openvino"),
+    reason="TensorRT or OpenVINO is installed here",
+)
+def test_it_reports_runtimes_that_are_not_installed_as_none():
+    collected = fingerprint.collect()
+
+    assert collected["tensorrt"] is None
+    assert collected["openvino"] is None
+
+
+def test_it_reports_the_installed_torch_and_what_it_was_built_with():
+    torch = pytest.importorskip("torch")
+
+    collected = fingerprint.collect()
+
+    assert collected["torch"]["version"] == importlib.metadata.version("torch")
+    assert collected["torch"]["cuda"] == torch.version.cuda
+    if torch.version.cuda is None:
+        assert collected["torch"]["cudnn"] is None
+        assert collected["cudnn"] is None
+        assert collected["cuda"] is None or collected["cuda"]["runtime"] is None
+
+
+def test_it_asks_a_child_python_about_torch_and_keeps_torch_out_of_the_worker():
+    torch = pytest.importorskip("torch")
+    code = (
+        "import sys, workers.fingerprint as f; f.collect(); f.collect(); "
+        "print('torch' in sys.modules, f._torch_build_in_child.cache_info().misses)"
+    )
+
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+    assert completed.stdout.split() == ["False", "1"], completed.stderr
+    assert fingerprint._torch_build_in_child() == {
+        "cuda": torch.version.cuda,
+        "cudnn": fingerprint._cudnn_version(torch),
+    }
+
+
+class FakeNvml(types.SimpleNamespace):
+    """A stand-in for pynvml on a machine with two GPUs, for tests without a driver."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, refuse=()):
+        super().__init__(refuse=set(refuse), shutdowns=0)
+
+    def _ask(self, name, value):
+        if name in self.refuse:
+            raise self.NVMLError(f"{name} not supported")
+        return value
+
+    def nvmlInit(self):
+        self._ask("init", None)
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return self._ask("driver", "550.54.15")
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self._ask("cuda", 12040)
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, handle):
+        return [b"NVIDIA A10", "NVIDIA L4"][handle]  # old pynvml answers bytes
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self._ask("uuid", f"GPU-{handle}")
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return [(8, 6), (8, 9)][handle]
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return types.SimpleNamespace(total=[24 * 2**30, 23034 * 2**20][handle], free=123)
+
+
+def test_it_reads_gpus_driver_and_cuda_from_nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+    collected = fingerprint.collect()
+
+    assert collected["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA A10",
+            "uuid": "GPU-0",
+            "compute_capability": "8.6",
+            "memory_mb": 24576,
+        },
+        {
+            "index": 1,
+            "name": "NVIDIA L4",
+            "uuid": "GPU-1",
+            "compute_capability": "8.9",
+            "memory_mb": 23034,
+        },
+    ]
+    assert collected["nvidia_driver"] == "550.54.15"
+    assert collected["cuda"]["driver_api"] == "12.4"
+    assert fake.shutdowns == 1
+
+
+def test_it_reports_what_nvml_refuses_as_none(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(refuse={"uuid", "cuda"}))
+
+    collected = fingerprint.collect()
+
+    assert [gpu["uuid"] for gpu in collected["gpus"]] == [None, None]
+    assert collected["gpus"][0]["name"] == "NVIDIA A10"
+    assert collected["nvidia_driver"] == "550.54.15"
+    assert collected["cuda"] is None or collected["cuda"]["driver_api"] is None
+
+
+def test_it_reports_no_gpu_information_when_nvml_does_not_start(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(refuse={"init"}))
+
+    collected = fingerprint.collect()
+
+    assert (collected["gpus"], collected["nvidia_driver"]) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        (["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "amx_tile"], "avx512"),
+        (["sse4_2", "avx", "avx2", "fma"], "avx2"),
+        (["sse4_2", "avx"], "sse4"),
+        ([], "baseline"),
+        (None, None),
+    ],
+)
+def test_it_derives_the_isa_level_from_the_flags(flags, level):
+    assert fingerprint.isa_level(flags) == level
+
+
+@pytest.mark.parametrize(
+    ("number", "version"), [(90100, "9.1.0"), (91002, "9.10.2"), (8902, "8.9.2"), (None, None)]
+)
+def test_it_reads_cudnn_versions_of_both_encodings(number, version):
+    cudnn = types.SimpleNamespace(version=lambda: number)
+    torch = types.SimpleNamespace(backends=types.SimpleNamespace(cudnn=cudnn))
+
+    assert fingerprint._cudnn_version(torch) == version
 
 
 def test_it_reports_only_known_cpu_flags_in_a_fixed_order():
@@ -107,4 +307,175 @@ def test_it_prints_the_fingerprint_with_the_override_applied(tmp_path, capsys):
     assert status == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["hostname"] == "rehearsal-box"
-    assert printed["schema"] == 1
+    assert printed["schema"] == 2
+
+
+def test_it_reads_the_override_file_again_on_every_call(tmp_path):
+    override = tmp_path / "override.json"
+    override.write_text(json.dumps({"nvidia_driver": "550.54.15"}))
+    before = fingerprint.load_override(override)
+
+    override.write_text(json.dumps({"nvidia_driver": "560.28.03"}))
+    after = fingerprint.load_override(override)
+
+    assert (before["nvidia_driver"], after["nvidia_driver"]) == ("550.54.15", "560.28.03")
+    assert fingerprint.diff(before, after) == ["NVIDIA driver 550.54.15 → 560.28.03"]
+
+
+def test_it_derives_the_isa_level_of_overridden_flags(tmp_path):
+    override = tmp_path / "override.json"
+    override.write_text(json.dumps({"cpu": {"flags": ["sse4_2", "avx", "avx2", "fma"]}}))
+    base = {"cpu": {"model": "Xeon", "flags": ["avx2", "avx512f"], "isa_level": "avx512"}}
+
+    assert fingerprint.load_override(override, base)["cpu"]["isa_level"] == "avx2"
+
+
+def test_it_sends_the_current_fingerprint_on_every_device_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setattr(CONTEXT, "fingerprint", None)
+    override = tmp_path / "override.json"
+    override.write_text(json.dumps({"nvidia_driver": "550.54.15"}))
+    sent = []
+
+    class RecordingClient:
+        def heartbeat(self, fingerprint):
+            sent.append(fingerprint)
+            return {"state": "online"}
+
+    stop = _start_device_heartbeat(RecordingClient(), {"heartbeat_interval": 0.02}, override)
+    try:
+        _wait_for(lambda: sent)
+        override.write_text(json.dumps({"nvidia_driver": "560.28.03"}))
+        _wait_for(lambda: sent[-1]["nvidia_driver"] == "560.28.03")
+    finally:
+        stop.set()
+
+    assert sent[0]["nvidia_driver"] == "550.54.15"
+    assert sent[0]["schema"] == 2
+    assert CONTEXT.fingerprint["nvidia_driver"] == "560.28.03"
+
+
+def _wait_for(condition, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+A10_HOST = {
+    "schema": 2,
+    "os": {"system": "Linux", "release": "6.8.0", "machine": "x86_64"},
+    "hostname": "edge-7",
+    "python": "3.12.3",
+    "cpu": {
+        "model": "AMD EPYC 7543",
+        "count": 32,
+        "flags": ["sse4_2", "avx", "avx2", "fma", "avx512f"],
+        "isa_level": "avx512",
+    },
+    "memory_mb": 257000,
+    "gpus": [
+        {
+            "index": 0,
+            "name": "NVIDIA A10",
+            "uuid": "GPU-aaa",
+            "compute_capability": "8.6",
+            "memory_mb": 24576,
+        }
+    ],
+    "nvidia_driver": "550.54.15",
+    "cuda": {"driver_api": "12.4", "runtime": None},
+    "onnxruntime": {"version": "1.31.0", "providers": ["CPUExecutionProvider"]},
+    "tensorrt": None,
+    "openvino": {"version": "2026.4.1", "devices": ["CPU"]},
+    "torch": {"version": "2.13.0+cu124", "cuda": "12.4", "cudnn": "9.1.0"},
+    "cudnn": {"version": "9.1.0"},
+}
+L4 = {
+    "index": 0,
+    "name": "NVIDIA L4",
+    "uuid": "GPU-bbb",
+    "compute_capability": "8.9",
+    "memory_mb": 23034,
+}
+
+
+def _changed(**changes):
+    return fingerprint.deep_merge(A10_HOST, changes)
+
+
+@pytest.mark.parametrize(
+    ("after", "lines"),
+    [
+        (A10_HOST, []),
+        (_changed(nvidia_driver="560.28.03"), ["NVIDIA driver 550.54.15 → 560.28.03"]),
+        (
+            _changed(onnxruntime={"version": "1.32.0"}),
+            ["onnxruntime 1.31.0 → 1.32.0"],
+        ),
+        (
+            _changed(cpu={"flags": ["sse4_2", "avx", "avx2", "fma"], "isa_level": "avx2"}),
+            ["CPU flag avx512f removed", "CPU ISA level avx512 → avx2"],
+        ),
+        (
+            _changed(cpu={"flags": ["sse4_2", "avx", "avx2", "fma", "avx512f", "amx_tile"]}),
+            ["CPU flag amx_tile added"],
+        ),
+        (
+            _changed(gpus=[L4]),
+            [
+                "GPU 0: NVIDIA A10 → NVIDIA L4",
+                "GPU 0 compute capability 8.6 → 8.9",
+                "GPU 0 memory (MB) 24576 → 23034",
+            ],
+        ),
+        (
+            _changed(gpus=[{**A10_HOST["gpus"][0], "uuid": "GPU-ccc"}]),
+            ["GPU 0: another NVIDIA A10 (UUID GPU-aaa → GPU-ccc)"],
+        ),
+        (
+            _changed(gpus=[A10_HOST["gpus"][0], {**L4, "index": 1}]),
+            ["GPU 1 added (NVIDIA L4)"],
+        ),
+        (_changed(gpus=None), ["GPUs NVIDIA A10 → unknown"]),
+        (_changed(tensorrt={"version": "10.16.1"}), ["tensorrt installed (10.16.1)"]),
+        (_changed(openvino=None), ["openvino removed (was 2026.4.1)"]),
+        (
+            _changed(onnxruntime={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}),
+            ["onnxruntime provider CUDAExecutionProvider added"],
+        ),
+        (
+            _changed(torch={"cuda": "12.8", "cudnn": "9.5.0"}, cudnn={"version": "9.5.0"}),
+            ["torch CUDA 12.4 → 12.8", "cuDNN 9.1.0 → 9.5.0"],
+        ),
+        (_changed(cuda={"driver_api": "12.6"}), ["CUDA driver API 12.4 → 12.6"]),
+        (_changed(memory_mb=515000), ["memory (MB) 257000 → 515000"]),
+        (_changed(os={"release": "6.11.0"}), ["OS release 6.8.0 → 6.11.0"]),
+        (_changed(rack="b2"), ["rack unknown → b2"]),
+    ],
+)
+def test_it_describes_what_changed_for_people(after, lines):
+    assert fingerprint.diff(A10_HOST, after) == lines
+
+
+def test_it_lists_changes_in_a_stable_order():
+    after = _changed(nvidia_driver="560.28.03", onnxruntime={"version": "1.32.0"}, python="3.13.1")
+
+    assert fingerprint.diff(A10_HOST, after) == [
+        "Python 3.12.3 → 3.13.1",
+        "NVIDIA driver 550.54.15 → 560.28.03",
+        "onnxruntime 1.31.0 → 1.32.0",
+    ]
+
+
+def test_it_describes_an_upgrade_from_a_schema_1_fingerprint():
+    old = {"schema": 1, "cpu": {"model": "EPYC", "count": 2, "flags": ["avx2"]}}
+    new = {
+        "schema": 2,
+        "cpu": {"model": "EPYC", "count": 2, "flags": ["avx2"], "isa_level": "avx2"},
+    }
+
+    assert fingerprint.diff(old, new) == [
+        "fingerprint schema 1 → 2",
+        "CPU ISA level unknown → avx2",
+    ]
+    assert fingerprint.diff(None, {}) == []

@@ -3,20 +3,37 @@
 import email
 import email.policy
 import hashlib
+import io
 import json
 import re
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import onnx
+import onnxruntime
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from workers import runner
+from workers.backends import registry
+from workers.backends.base import compat_key, digest
+from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.client import HubClient
 from workers.runner import run_job
 from workers.selftest import write_tiny_model
 
 FINGERPRINT = {"schema": 1, "hostname": "runner-test"}
+# What a worker reports with an override (it is not this machine): compile keys must use it.
+REPORTED_FINGERPRINT = {
+    "schema": 2,
+    "hostname": "rehearsal",
+    "cpu": {"model": "Xeon", "count": 4, "flags": ["sse4_2", "avx", "avx2"], "isa_level": "avx2"},
+    "onnxruntime": {"version": "1.31.0", "providers": ["CPUExecutionProvider"]},
+}
+ENGINE_ID = 7
 STAMPED_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S")
 
 
@@ -32,6 +49,7 @@ class FakeHubForRunnerTest:
         self.cancel_requested = False
         self.calls = []
         self.artifacts = []  # multipart fields of each upload, the file as bytes
+        self.engines = {}  # engine id: its bytes, or (status, payload) to refuse it
         handler = type("Handler", (_JobHandler,), {"hub": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -44,6 +62,8 @@ class FakeHubForRunnerTest:
 
     def handle(self, method, path, body):
         """Return (status, payload) for a request, as the hub would."""
+        if path.startswith("/api/v1/engines/"):
+            return self.serve_engine(method, path)
         prefix = f"/api/v1/jobs/{self.job['id']}/"
         call = path.removeprefix(prefix)
         self.calls.append((call.split("/")[0], body))
@@ -67,6 +87,15 @@ class FakeHubForRunnerTest:
             stored = {"id": len(self.artifacts), "name": body["name"], "sha256": sha256}
             return 200, stored | {"size": len(body["file"])}
         return 404, {"error": f"no route for {method} {path}"}
+
+    def serve_engine(self, method, path):
+        """Answer GET engines/<id>/download with the engine, or the refusal set for it."""
+        self.calls.append(("engine_download", None))
+        match = re.fullmatch(r"/api/v1/engines/(\d+)/download", path)
+        answer = self.engines.get(int(match.group(1))) if match and method == "GET" else None
+        if answer is None:
+            return 404, {"error": f"no route for {method} {path}"}
+        return answer if isinstance(answer, tuple) else (200, answer)
 
     def close(self):
         self.server.shutdown()
@@ -161,9 +190,71 @@ def start_hub():
         hub.close()
 
 
-def run(hub, attempt=2, **kwargs):
+def run(hub, attempt=2, fingerprint=FINGERPRINT, **kwargs):
     client = HubClient(hub.url, "token", timeout=5, backoff=0.01)
-    return run_job(client, hub.job["id"], attempt, fingerprint=FINGERPRINT, **kwargs)
+    return run_job(client, hub.job["id"], attempt, fingerprint=fingerprint, **kwargs)
+
+
+class HubSigningKey:
+    """An Ed25519 key pair playing the hub's engine signing key."""
+
+    def __init__(self):
+        self.private = Ed25519PrivateKey.generate()
+        raw = self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        self.public_hex = raw.hex()
+
+    def sign(self, sha256_hex):
+        return self.private.sign(sha256_hex.encode()).hex()
+
+
+@pytest.fixture
+def hub_key():
+    return HubSigningKey()
+
+
+@pytest.fixture
+def tiny_engine(tiny_model, tmp_path):
+    """The tiny model compiled by the onnxruntime backend (level all, CPU), as bytes."""
+    source = tmp_path / "engine-source.onnx"
+    source.write_bytes(tiny_model)
+    build = tmp_path / "engine-build"
+    build.mkdir()
+    built = OnnxRuntimeBackend().compile(source, {"optimization_level": "all"}, build)
+    return built.artifact.read_bytes()
+
+
+def engine_input(data, key, backend="onnxruntime", build_config=None, signature=None):
+    sha256 = hashlib.sha256(data).hexdigest()
+    return {
+        "url": f"/api/v1/engines/{ENGINE_ID}/download",
+        "id": ENGINE_ID,
+        "sha256": sha256,
+        "size": len(data),
+        "signature": signature or key.sign(sha256),
+        "backend": backend,
+        "build_config": build_config or {"optimization_level": "all"},
+        "compat_key": "onnxruntime:" + "0" * 64,
+        "filename": f"engine-{ENGINE_ID}",
+    }
+
+
+@pytest.fixture
+def benchmark_calls(monkeypatch):
+    """Record every benchmark the runner starts (the model path it would load)."""
+    calls = []
+    real = runner.benchmark_onnxruntime
+
+    def recording(model_path, *args, **kwargs):
+        calls.append(model_path)
+        return real(model_path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "benchmark_onnxruntime", recording)
+    return calls
+
+
+def engine_benchmark(engine_bytes, key, **input_fields):
+    inputs = {"engine": engine_input(engine_bytes, key, **input_fields)}
+    return make_job("benchmark", params={"iterations": 20}, inputs=inputs)
 
 
 def test_it_claims_and_completes_a_noop_job(start_hub):
@@ -192,13 +283,13 @@ def test_it_drops_a_message_the_hub_refuses_to_claim(start_hub):
 
 
 def test_it_fails_a_job_of_a_kind_it_cannot_run(start_hub):
-    hub = start_hub(make_job("compile", inputs={"model": model_input(b"x")}), {"model": b"x"})
+    hub = start_hub(make_job("evaluate", inputs={"model": model_input(b"x")}), {"model": b"x"})
 
     state = run(hub)
 
     assert state == "failed"
     [completion] = hub.bodies("complete")
-    assert completion["error"] == "this worker cannot run jobs of kind 'compile'"
+    assert completion["error"] == "this worker cannot run jobs of kind 'evaluate'"
     assert "result" not in completion
     assert hub.bodies("inputs") == []
 
@@ -377,3 +468,208 @@ def test_it_fails_an_export_of_a_file_that_is_not_a_pt2_without_uploading(start_
     [completion] = hub.bodies("complete")
     assert completion["error"].startswith("model.pt2 is not a PyTorch export program")
     assert hub.artifacts == []
+
+
+def test_it_compiles_a_model_with_onnxruntime_and_uploads_the_engine(
+    start_hub, tiny_model, tmp_path
+):
+    build_config = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "build_config": build_config},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    workdir = tmp_path / "work"
+
+    state = run(hub, fingerprint=REPORTED_FINGERPRINT, workdir_root=workdir)
+
+    assert state == "succeeded"
+    [upload] = hub.artifacts
+    assert upload["attempt"] == "2" and upload["name"] == "engine"
+    assert onnxruntime.InferenceSession(upload["file"]).get_inputs()[0].name == "x"
+    [completion] = hub.bodies("complete")
+    result = completion["result"]
+    fields = OnnxRuntimeBackend.compat_fields(REPORTED_FINGERPRINT, build_config)
+    assert fields["onnxruntime"] == "1.31.0" and fields["cpu_isa"] == "avx2"
+    assert result["compat_fields"] == fields
+    assert result["compat_key"] == compat_key("onnxruntime", fields)
+    assert result["config_digest"] == digest(build_config)
+    assert result["fingerprint"] == REPORTED_FINGERPRINT
+    assert result["backend"] == "onnxruntime" and result["build_config"] == build_config
+    assert result["tool_versions"] == {"onnxruntime": onnxruntime.__version__}
+    assert result["build_seconds"] > 0 and "graph optimisation level all" in result["build_log"]
+    assert result["artifact"] == "engine"
+    assert result["artifact_sha256"] == hashlib.sha256(upload["file"]).hexdigest()
+    assert result["timing_cache_sha256"] is None
+    assert "artifact engine uploaded" in completion["log"]
+    assert list(workdir.iterdir()) == []
+
+
+def test_it_zips_an_engine_whose_model_has_external_data(start_hub, tmp_path):
+    model = onnx.load(str(write_tiny_model(tmp_path / "big.onnx", features=64)))
+    onnx.save(model, str(tmp_path / "big.onnx"), save_as_external_data=True, location="w.bin")
+    upload_zip = io.BytesIO()
+    with zipfile.ZipFile(upload_zip, "w") as archive:
+        archive.write(tmp_path / "big.onnx", "big.onnx")
+        archive.write(tmp_path / "w.bin", "w.bin")
+    data = upload_zip.getvalue()
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime"},
+        inputs={"model": model_input(data, filename="big.zip")},
+    )
+    hub = start_hub(job, {"model": data})
+
+    state = run(hub)
+
+    assert state == "succeeded", hub.bodies("complete")[0].get("error")
+    [upload] = hub.artifacts
+    with zipfile.ZipFile(io.BytesIO(upload["file"])) as engine:
+        assert sorted(engine.namelist()) == ["engine.onnx", "engine.onnx.data"]
+    assert hub.bodies("complete")[0]["result"]["artifact_sha256"] == (
+        hashlib.sha256(upload["file"]).hexdigest()
+    )
+
+
+@pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
+def test_it_fails_a_compile_for_a_missing_runtime_at_once(start_hub, tiny_model):
+    job = make_job(
+        "compile",
+        params={"backend": "tensorrt", "build_config": {"precision": "fp16"}},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+
+    state = run(hub)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert "install deployhub[tensorrt]" in completion["error"]
+    assert hub.bodies("inputs") == [] and hub.artifacts == []
+
+
+def test_it_fails_a_compile_with_a_config_the_backend_cannot_build(start_hub, tiny_model):
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "build_config": {"optimization_level": "max"}},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+
+    assert run(hub) == "failed"
+    assert "optimization_level 'max'" in hub.bodies("complete")[0]["error"]
+    assert hub.bodies("inputs") == []
+
+
+def test_it_benchmarks_an_engine_after_checking_its_signature(
+    start_hub, tiny_engine, hub_key, benchmark_calls
+):
+    hub = start_hub(engine_benchmark(tiny_engine, hub_key))
+    hub.engines[ENGINE_ID] = tiny_engine
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "succeeded", hub.bodies("complete")[0].get("error")
+    assert len(hub.bodies("engine_download")) == 1 and hub.bodies("inputs") == []
+    [completion] = hub.bodies("complete")
+    result = completion["result"]
+    assert result["iterations"] == 20 and result["latency_ms"]["p50"] > 0
+    assert result["provider"] == "CPUExecutionProvider"
+    assert "engine 7 signature verified" in completion["log"]
+    assert len(benchmark_calls) == 1
+
+
+def test_it_benchmarks_a_zipped_engine_with_external_data(start_hub, hub_key, tmp_path):
+    source = write_tiny_model(tmp_path / "big.onnx", features=64)
+    onnx.save(onnx.load(str(source)), str(source), save_as_external_data=True, location="w.bin")
+    build = tmp_path / "build"
+    build.mkdir()
+    engine = OnnxRuntimeBackend().compile(source, {}, build).artifact.read_bytes()
+    hub = start_hub(engine_benchmark(engine, hub_key))
+    hub.engines[ENGINE_ID] = engine
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "succeeded", hub.bodies("complete")[0].get("error")
+    assert zipfile.is_zipfile(io.BytesIO(engine))
+
+
+def test_it_refuses_an_engine_with_a_flipped_byte_without_loading_it(
+    start_hub, tiny_engine, hub_key, benchmark_calls, tmp_path
+):
+    hub = start_hub(engine_benchmark(tiny_engine, hub_key))
+    flipped = bytearray(tiny_engine)
+    flipped[len(flipped) // 2] ^= 0x01
+    hub.engines[ENGINE_ID] = bytes(flipped)
+    workdir = tmp_path / "work"
+
+    state = run(hub, signing_public_key=hub_key.public_hex, workdir_root=workdir)
+
+    assert state == "failed"
+    assert "sha256 does not match" in hub.bodies("complete")[0]["error"]
+    assert benchmark_calls == []
+    assert list(workdir.iterdir()) == []
+
+
+def test_it_refuses_an_engine_the_hub_did_not_sign(
+    start_hub, tiny_engine, hub_key, benchmark_calls
+):
+    forged = HubSigningKey().sign(hashlib.sha256(tiny_engine).hexdigest())
+    hub = start_hub(engine_benchmark(tiny_engine, hub_key, signature=forged))
+    hub.engines[ENGINE_ID] = tiny_engine
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "failed"
+    assert hub.bodies("complete")[0]["error"] == (
+        "the engine's signature does not verify: refusing to load it"
+    )
+    assert benchmark_calls == []
+
+
+def test_it_fails_with_the_hubs_reason_when_the_engine_does_not_fit_this_device(
+    start_hub, tiny_engine, hub_key, benchmark_calls
+):
+    reason = "This engine was built for another toolchain: onnxruntime 1.32.0 ≠ 1.31.0"
+    hub = start_hub(engine_benchmark(tiny_engine, hub_key))
+    hub.engines[ENGINE_ID] = (409, {"error": reason, "differences": {"onnxruntime": ["a", "b"]}})
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "failed"
+    assert hub.bodies("complete")[0]["error"] == reason
+    assert benchmark_calls == []
+
+
+def test_it_will_not_load_an_engine_without_the_hubs_public_key(start_hub, tiny_engine, hub_key):
+    hub = start_hub(engine_benchmark(tiny_engine, hub_key))
+    hub.engines[ENGINE_ID] = tiny_engine
+
+    state = run(hub, signing_public_key=None)
+
+    assert state == "failed"
+    assert "signing_public_key" in hub.bodies("complete")[0]["error"]
+    assert hub.bodies("engine_download") == []
+
+
+@pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
+def test_it_fails_a_benchmark_of_an_engine_whose_runtime_it_lacks(start_hub, hub_key):
+    hub = start_hub(engine_benchmark(b"plan", hub_key, backend="tensorrt", build_config={}))
+    hub.engines[ENGINE_ID] = b"plan"
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "failed"
+    assert "install deployhub[tensorrt]" in hub.bodies("complete")[0]["error"]
+    assert hub.bodies("engine_download") == []
+
+
+def test_it_refuses_to_benchmark_an_engine_on_another_provider(start_hub, tiny_engine, hub_key):
+    job = engine_benchmark(tiny_engine, hub_key)
+    job["params"]["provider"] = "CUDAExecutionProvider"
+    hub = start_hub(job)
+    hub.engines[ENGINE_ID] = tiny_engine
+
+    assert run(hub, signing_public_key=hub_key.public_hex) == "failed"
+    assert "built for CPUExecutionProvider" in hub.bodies("complete")[0]["error"]

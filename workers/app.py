@@ -21,8 +21,9 @@ class WorkerContext:
     """What the task needs; the command line fills it in before the worker starts."""
 
     client: object = None
-    fingerprint: dict | None = None
+    fingerprint: dict | None = None  # the one last reported to the hub
     workdir: str | None = None
+    signing_public_key: str | None = None  # the hub's, to verify engines before loading them
 
 
 CONTEXT = WorkerContext()
@@ -39,4 +40,11 @@ def run_job(job_id, attempt):
     """Run one attempt of a hub job on this device."""
     if CONTEXT.client is None:
         raise RuntimeError("the worker has no hub client: start it with `deployhub-worker run`")
-    return runner.run_job(CONTEXT.client, job_id, attempt, CONTEXT.workdir, CONTEXT.fingerprint)
+    return runner.run_job(
+        CONTEXT.client,
+        job_id,
+        attempt,
+        CONTEXT.workdir,
+        CONTEXT.fingerprint,
+        CONTEXT.signing_public_key,
+    )

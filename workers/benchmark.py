@@ -44,19 +44,20 @@ class Settings:
     provider: str = "CPUExecutionProvider"
 
 
-def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None):
+def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, preoptimized=False):
     """Benchmark an ONNX model with ONNX Runtime and return the result dict.
 
     progress(fraction, message) is called at phase changes and about every 2%
     of the iterations; should_stop() is checked between iterations and makes
-    the benchmark raise Cancelled when it returns True.
+    the benchmark raise Cancelled when it returns True. A preoptimized model
+    (an onnxruntime engine) is loaded with graph optimisations off: it had them.
     """
     settings = read_settings(params)
     report = progress or _ignore_progress
     stop = should_stop or _never
     report(0.0, "loading model")
     with PeakRss() as rss:
-        session = _create_session(model_path, settings)
+        session = _create_session(model_path, settings, preoptimized)
         feeds = random_inputs(session.get_inputs(), settings.batch_size, settings.seed)
         report(0.0, "warm-up")
         warmup = _phase(report, 0.0, WARMUP_SHARE, "warm-up")
@@ -213,12 +214,14 @@ def _high_water_mark():
     return int(match.group(1)) * 1024 if match else None
 
 
-def _create_session(model_path, settings):
+def _create_session(model_path, settings, preoptimized=False):
     """Create an ONNX Runtime session with the requested threads and provider."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = settings.intra_op_threads
+    if preoptimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(model_path), options, providers=[settings.provider])
 
 

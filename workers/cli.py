@@ -47,6 +47,9 @@ def run(args):
         _say(f"cannot start: {error}")
         return 1
     CONTEXT.client, CONTEXT.workdir = client, args.workdir
+    CONTEXT.signing_public_key = device.get("signing_public_key")
+    if not CONTEXT.signing_public_key:
+        _say("the hub sent no signing_public_key: jobs that load an engine will fail")
     stop = _start_device_heartbeat(client, device, args.fingerprint_override)
     try:
         _consume(device, args.broker)
@@ -125,7 +128,12 @@ def _start_device_heartbeat(client, device, override_path):
 
 
 def _heartbeat_device(client, interval, override_path, stop):
-    """Send the fingerprint every interval seconds until stop is set; never raise."""
+    """Send the current fingerprint every interval seconds until stop is set; never raise.
+
+    The fingerprint is collected again each time (the slow parts, torch and
+    OpenVINO, once per process) and the override file re-read, so a driver
+    upgrade, or an edited override rehearsing one, reaches the hub at the next beat.
+    """
     while not stop.wait(interval):
         try:
             current = _fingerprint(override_path)

@@ -45,6 +45,10 @@ class InputMismatch(JobError):
     """A downloaded input does not have the size or sha256 the hub announced."""
 
 
+class EngineRefused(JobError):
+    """The hub will not serve an engine to this device (409): it was built for another one."""
+
+
 class HubClient:
     """Call the hub's device API with a device token."""
 
@@ -77,8 +81,23 @@ class HubClient:
 
     def download_input(self, job_id, name, dest_path, sha256, size):
         """Stream a job input to dest_path and verify its size and sha256."""
+        return self._download(f"jobs/{job_id}/inputs/{name}", name, dest_path, sha256, size)
+
+    def download_engine(self, engine_id, dest_path, sha256, size, name="engine"):
+        """Stream an engine to dest_path and verify its size and sha256 (not its signature).
+
+        The hub answers 409 when the engine was built for another toolchain or
+        hardware; EngineRefused carries its reason word for word.
+        """
+        try:
+            return self._download(f"engines/{engine_id}/download", name, dest_path, sha256, size)
+        except Conflict as refused:
+            raise EngineRefused(refused.message) from refused
+
+    def _download(self, path, name, dest_path, sha256, size):
+        """Stream a file to dest_path and verify its size and sha256; leave nothing if wrong."""
         dest_path = Path(dest_path)
-        response = self._request("GET", f"jobs/{job_id}/inputs/{name}", stream=True)
+        response = self._request("GET", path, stream=True)
         try:
             with response, dest_path.open("wb") as out:
                 digest, written = _copy_with_limit(response, out, size, name)
@@ -203,4 +222,7 @@ def _check_download(name, written, digest, size, sha256):
     if written != size:
         raise InputMismatch(f"input {name!r} has {written} bytes, the hub announced {size}")
     if digest != sha256.lower():
-        raise InputMismatch(f"input {name!r} has sha256 {digest}, the hub announced {sha256}")
+        raise InputMismatch(
+            f"input {name!r} sha256 does not match: the file has {digest}, "
+            f"the hub announced {sha256}"
+        )

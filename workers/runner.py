@@ -18,6 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
+from workers import signing
+from workers.backends import registry
+from workers.backends.base import compat_key, digest
+from workers.backends.onnxruntime import engine_model_path, provider_of
 from workers.benchmark import benchmark_onnxruntime
 from workers.client import Conflict, HubError
 from workers.errors import Cancelled, JobError
@@ -34,11 +38,19 @@ ERROR_MAX_CHARS = 500
 DROPPED = "dropped"
 # The name an export job's ONNX file is uploaded under (docs/protocol.md).
 EXPORT_ARTIFACT = "onnx"
+# The names of a compile job's artifacts, and of the input that carries an engine.
+ENGINE_ARTIFACT = "engine"
+TIMING_CACHE_ARTIFACT = "timing_cache"
+ENGINE_INPUT = "engine"
 CHUNK_BYTES = 1024 * 1024
 
 
-def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None):
-    """Run one attempt of a job; return its final state, or "dropped"."""
+def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None, signing_public_key=None):
+    """Run one attempt of a job; return its final state, or "dropped".
+
+    fingerprint is the one the worker last reported to the hub (collected when
+    None); signing_public_key is the hub's, from `GET device`, to verify engines.
+    """
     try:
         job = {**client.claim(job_id, attempt), "id": job_id, "attempt": attempt}
     except HubError as error:
@@ -46,7 +58,7 @@ def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None):
             raise
         logger.info("job %s attempt %s not claimed, message dropped: %s", job_id, attempt, error)
         return DROPPED
-    return JobRun(client, job, fingerprint).run(workdir_root)
+    return JobRun(client, job, fingerprint, signing_public_key).run(workdir_root)
 
 
 class JobLog:
@@ -156,10 +168,11 @@ class JobHeartbeat:
 class JobRun:
     """One claimed attempt of a job, from download to completion."""
 
-    def __init__(self, client, job, fingerprint=None):
+    def __init__(self, client, job, fingerprint=None, signing_public_key=None):
         self.client = client
         self.job = job
         self.fingerprint = fingerprint
+        self.signing_public_key = signing_public_key
         self.log = JobLog(job["id"])
         self.progress = JobProgress(self.log)
         self.heartbeat = JobHeartbeat(client, job, self.progress, self.log)
@@ -177,6 +190,7 @@ class JobRun:
         """Run the job's kind with heartbeats; return the completion fields."""
         try:
             work = _work_for(self.job["kind"])
+            _check_before_download(self)
             with self.heartbeat, _scratch_dir(self.job["id"], workdir_root) as workdir:
                 self.workdir = workdir
                 inputs = self._download_inputs(workdir)
@@ -198,10 +212,32 @@ class JobRun:
             filename = info.get("filename")
             dest = workdir / name / (filename if _is_plain_name(filename) else name)
             dest.parent.mkdir(parents=True)
-            args = (self.job["id"], name, dest, info["sha256"], info["size"])
-            paths[name] = self.client.download_input(*args)
+            download = self._download_engine if name == ENGINE_INPUT else self._download_file
+            paths[name] = download(name, info, dest)
             self.log.add(f"input {name} verified (sha256 {info['sha256'][:12]}...)")
         return paths
+
+    def _download_file(self, name, info, dest):
+        """Download a job input to dest, checking its size and sha256."""
+        args = (self.job["id"], name, dest, info["sha256"], info["size"])
+        return self.client.download_input(*args)
+
+    def _download_engine(self, name, info, dest):
+        """Download an engine and check size, sha256 and the hub's signature before any load."""
+        if not self.signing_public_key:
+            raise JobError(
+                "the hub sent no signing_public_key in GET device, so this worker cannot "
+                "verify engines and will not load one: upgrade the hub"
+            )
+        args = (info["id"], dest, info["sha256"], info["size"], name)
+        path = self.client.download_engine(*args)
+        try:
+            signing.verify(info["sha256"], info.get("signature") or "", self.signing_public_key)
+        except signing.TamperedEngine:
+            path.unlink(missing_ok=True)
+            raise
+        self.log.add(f"engine {info['id']} signature verified")
+        return path
 
     def upload(self, name, path):
         """Upload a file the job produced as artifact `name`; return its sha256."""
@@ -240,23 +276,132 @@ class JobRun:
         """Return True once the hub asked to cancel or gave the job away."""
         return self.heartbeat.cancel.is_set()
 
+    def current_fingerprint(self):
+        """Return the fingerprint the worker reports to the hub (override applied)."""
+        return self.fingerprint or fingerprints.collect()
+
 
 def run_benchmark(job_run, inputs):
-    """Benchmark the job's model input; return the protocol's benchmark result."""
-    if "model" not in inputs:
-        raise JobError("a benchmark job needs an input named 'model'")
-    params = job_run.job.get("params") or {}
-    model = onnx_model_path(inputs["model"], job_run.workdir / "model")
+    """Benchmark the job's model or engine input; return the protocol's benchmark result."""
+    model, params, preoptimized = _benchmark_subject(job_run, inputs)
     result = benchmark_onnxruntime(
-        model, params, progress=job_run.report, should_stop=job_run.should_stop
+        model,
+        params,
+        progress=job_run.report,
+        should_stop=job_run.should_stop,
+        preoptimized=preoptimized,
     )
+    _log_benchmark(job_run.log, result)
+    result["fingerprint"] = job_run.current_fingerprint()
+    return result
+
+
+def check_benchmark(job_run):
+    """Refuse, before downloading, an engine this worker cannot benchmark."""
+    engine = (job_run.job.get("inputs") or {}).get(ENGINE_INPUT)
+    if engine is None:
+        return
+    backend = registry.require(engine.get("backend"))
+    if backend.name != "onnxruntime":
+        raise JobError(
+            f"benchmarking {backend.name} engines arrives with the compile-backends issue; "
+            "this worker benchmarks onnxruntime engines only"
+        )
+
+
+def _benchmark_subject(job_run, inputs):
+    """Return (ONNX file, params, whether it is an optimised engine) for a benchmark."""
+    params = job_run.job.get("params") or {}
+    if ENGINE_INPUT in inputs:
+        engine = job_run.job["inputs"][ENGINE_INPUT]
+        params = _engine_benchmark_params(params, engine)
+        return engine_model_path(inputs[ENGINE_INPUT]), params, True
+    if "model" in inputs:
+        return onnx_model_path(inputs["model"], job_run.workdir / "model"), params, False
+    raise JobError("a benchmark job needs an input named 'model' or 'engine'")
+
+
+def _engine_benchmark_params(params, engine):
+    """Return the benchmark params for an onnxruntime engine: its provider, no other."""
+    provider = provider_of(engine.get("build_config"))
+    asked = params.get("provider", provider)
+    if asked != provider:
+        raise JobError(f"the engine was built for {provider}; benchmark it there, not on {asked}")
+    return {**params, "provider": provider}
+
+
+def _log_benchmark(log, result):
+    """Log a benchmark's headline figures."""
     latency = result["latency_ms"]
-    job_run.log.add(
+    log.add(
         f"benchmark done: p50 {latency['p50']:.3f} ms, p99 {latency['p99']:.3f} ms, "
         f"{result['throughput_ips']:.1f} inferences/s"
     )
-    result["fingerprint"] = job_run.fingerprint or fingerprints.collect()
-    return result
+
+
+def run_compile(job_run, inputs):
+    """Compile the model with the job's backend, upload the engine; return the compile result."""
+    if "model" not in inputs:
+        raise JobError("a compile job needs an input named 'model' (the ONNX model)")
+    params = job_run.job.get("params") or {}
+    backend, build_config = registry.require(params.get("backend")), _build_config(params)
+    fingerprint = job_run.current_fingerprint()
+    built, seconds = _build(job_run, backend, build_config, inputs)
+    fields = backend.compat_fields(fingerprint, build_config)
+    return {
+        "backend": backend.name,
+        "build_config": build_config,
+        "config_digest": digest(build_config),
+        "compat_fields": fields,
+        "compat_key": compat_key(backend.name, fields),
+        "fingerprint": fingerprint,
+        "tool_versions": built.tool_versions,
+        "build_seconds": round(seconds, 3),
+        "build_log": built.log,
+        **_upload_build(job_run, built),
+    }
+
+
+def _build(job_run, backend, build_config, inputs):
+    """Compile the model input in the job's folder; return (CompileResult, seconds taken)."""
+    source = onnx_model_path(inputs["model"], job_run.workdir / "model")
+    build_dir = job_run.workdir / "build"
+    build_dir.mkdir()
+    started = time.monotonic()
+    built = backend().compile(
+        source,
+        build_config,
+        build_dir,
+        timing_cache=inputs.get("timing_cache"),
+        progress=job_run.report,
+    )
+    seconds = time.monotonic() - started
+    job_run.log.add(f"built {built.artifact.name} with {backend.name} in {seconds:.2f} s")
+    return built, seconds
+
+
+def check_compile(job_run):
+    """Refuse, before downloading, a backend this worker cannot run or a config it cannot build."""
+    params = job_run.job.get("params") or {}
+    registry.require(params.get("backend")).check_config(_build_config(params))
+
+
+def _build_config(params):
+    """Return a compile job's build config, checking it is an object."""
+    build_config = params.get("build_config") or {}
+    if not isinstance(build_config, dict):
+        raise JobError("a compile job's build_config must be a JSON object")
+    return build_config
+
+
+def _upload_build(job_run, built):
+    """Upload the engine and the timing cache (if any); return their result fields."""
+    cache = built.timing_cache
+    return {
+        "artifact": ENGINE_ARTIFACT,
+        "artifact_sha256": job_run.upload(ENGINE_ARTIFACT, built.artifact),
+        "timing_cache_sha256": job_run.upload(TIMING_CACHE_ARTIFACT, cache) if cache else None,
+    }
 
 
 def onnx_model_path(path, folder):
@@ -298,7 +443,14 @@ def run_noop(job_run, inputs):
 
 
 # What this worker can run, by job kind: fn(job_run, inputs) -> result.
-KINDS = {"benchmark": run_benchmark, "export": run_export, "noop": run_noop}
+KINDS = {
+    "benchmark": run_benchmark,
+    "compile": run_compile,
+    "export": run_export,
+    "noop": run_noop,
+}
+# Checks a job passes before its inputs are downloaded, by kind: fn(job_run), raising JobError.
+CHECKS = {"benchmark": check_benchmark, "compile": check_compile}
 
 
 def _work_for(kind):
@@ -306,6 +458,13 @@ def _work_for(kind):
     if kind not in KINDS:
         raise JobError(f"this worker cannot run jobs of kind {kind!r}")
     return KINDS[kind]
+
+
+def _check_before_download(job_run):
+    """Run the job kind's check, so a job that cannot run here fails before any download."""
+    check = CHECKS.get(job_run.job["kind"])
+    if check is not None:
+        check(job_run)
 
 
 def _is_lost(error):

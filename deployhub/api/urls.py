@@ -10,6 +10,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/complete", views.complete, name="api_complete"),
     path("jobs/<int:job_id>/artifacts", views.upload_artifact, name="api_upload_artifact"),
     path("jobs/<int:job_id>/inputs/<str:name>", views.job_input, name="api_job_input"),
+    path("engines/<int:engine_id>/download", views.engine_download, name="api_engine_download"),
     path("models", registry.models, name="api_models"),
     path("models/<int:pk>", registry.model_detail, name="api_model"),
     path("models/<int:pk>/versions", registry.model_versions, name="api_model_versions"),

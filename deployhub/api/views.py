@@ -11,6 +11,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.devices.models import Device
+from deployhub.engines import signing
+from deployhub.engines.actions import compatibility, record_fingerprint, timing_cache_for
+from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Job, JobState
@@ -84,6 +87,7 @@ def _device_json(device):
         "state": device.state,
         "heartbeat_interval": settings.DEPLOYHUB_HEARTBEAT_INTERVAL,
         "job_lease_seconds": settings.DEPLOYHUB_JOB_LEASE_SECONDS,
+        "signing_public_key": signing.public_key_hex(),
     }
 
 
@@ -91,21 +95,46 @@ def _input_filename(version):
     return f"{version.model.name}-v{version.number}{VersionFormat.EXTENSIONS[version.format]}"
 
 
-def _inputs(job):
-    version = job.model_version
-    if version is None:
-        return {}
+def _file_input(job, name, sha256, size, filename):
     return {
-        "model": {
-            "url": f"/api/v1/jobs/{job.pk}/inputs/model",
-            "sha256": version.sha256,
-            "size": version.size,
-            "filename": _input_filename(version),
-        }
+        "url": f"/api/v1/jobs/{job.pk}/inputs/{name}",
+        "sha256": sha256,
+        "size": size,
+        "filename": filename,
     }
 
 
-def _job_json(job):
+def _engine_input(engine):
+    return {
+        "url": f"/api/v1/engines/{engine.pk}/download",
+        "id": engine.pk,
+        "sha256": engine.sha256,
+        "size": engine.size,
+        "signature": engine.signature,
+        "backend": engine.backend,
+        "build_config": engine.build_config,
+        "compat_key": engine.compat_key,
+        "filename": f"engine-{engine.pk}",
+    }
+
+
+def _inputs(job, device=None):
+    """Return the files a job needs, as the device that claimed it should fetch them."""
+    inputs = {}
+    if job.engine is not None:
+        inputs["engine"] = _engine_input(job.engine)
+    elif (version := job.model_version) is not None:
+        inputs["model"] = _file_input(
+            job, "model", version.sha256, version.size, _input_filename(version)
+        )
+    if device is not None and (cache := timing_cache_for(job, device)):
+        inputs["timing_cache"] = _file_input(
+            job, "timing_cache", cache.sha256, cache.size, "timing.cache"
+        )
+    return inputs
+
+
+def _job_json(job, device=None):
     return {
         "id": job.pk,
         "kind": job.kind,
@@ -114,7 +143,7 @@ def _job_json(job):
         "lease_seconds": settings.DEPLOYHUB_JOB_LEASE_SECONDS,
         "lease_expires_at": job.lease_expires_at.isoformat() if job.lease_expires_at else None,
         "cancel_requested": job.cancel_requested,
-        "inputs": _inputs(job),
+        "inputs": _inputs(job, device),
     }
 
 
@@ -130,7 +159,9 @@ def device_heartbeat(request, device):
     fingerprint = _body(request).get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, dict):
         raise BadRequest("fingerprint must be a JSON object.")
-    device.record_heartbeat(fingerprint)
+    if fingerprint is not None:
+        record_fingerprint(device, fingerprint)
+    device.record_heartbeat()
     return JsonResponse(
         {"state": device.state, "heartbeat_interval": settings.DEPLOYHUB_HEARTBEAT_INTERVAL}
     )
@@ -141,7 +172,7 @@ def device_heartbeat(request, device):
 def claim(request, device, job_id):
     job = actions.claim_job(job_id, device, _attempt(_body(request).get("attempt")))
     device.record_heartbeat()
-    return JsonResponse(_job_json(job))
+    return JsonResponse(_job_json(job, device))
 
 
 @require_POST
@@ -195,14 +226,31 @@ def job_input(request, device, job_id, name):
     job = _job_for(device, job_id)
     if job.device_id != device.pk or job.state != JobState.RUNNING:
         return error(403, "Inputs are served only to the device running the job.")
-    if name != "model" or job.model_version is None:
-        return error(404, f"This job has no input named {name!r}.")
-    version = job.model_version
+    if name == "model" and job.model_version is not None:
+        version = job.model_version
+        return _attachment(version.file.name, _input_filename(version))
+    if name == "timing_cache" and (cache := timing_cache_for(job, device)):
+        return _attachment(cache.file.name, "timing.cache")
+    return error(404, f"This job has no input named {name!r}.")
+
+
+def _attachment(storage_name, filename):
     return FileResponse(
-        default_storage.open(version.file.name, "rb"),
-        as_attachment=True,
-        filename=_input_filename(version),
+        default_storage.open(storage_name, "rb"), as_attachment=True, filename=filename
     )
+
+
+@require_GET
+@device_required
+def engine_download(request, device, engine_id):
+    """Serve an engine only to a device whose toolchain can run it: 409 says what differs."""
+    engine = get_object_or_404(Engine, pk=engine_id, device_class__team=device.device_class.team)
+    runs, reason, diffs = compatibility(engine, device.fingerprint)
+    if not runs:
+        return JsonResponse({"error": reason, "differences": diffs}, status=409)
+    if engine.status == EngineStatus.REVOKED:
+        return error(409, "This engine was revoked.")
+    return _attachment(engine.file.name, f"engine-{engine.pk}")
 
 
 @require_POST

@@ -27,6 +27,13 @@ class BenchmarkRun(models.Model):
     )
     device_class = models.ForeignKey("devices.DeviceClass", on_delete=models.CASCADE)
     device = models.ForeignKey("devices.Device", null=True, on_delete=models.SET_NULL)
+    engine = models.ForeignKey(
+        "engines.Engine",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="benchmarks",
+    )
     backend = models.CharField(max_length=40)
     provider = models.CharField(max_length=60, blank=True)
     batch_size = models.PositiveIntegerField()
@@ -65,6 +72,7 @@ class BenchmarkRun(models.Model):
                 model_version=job.model_version,
                 device_class=job.device_class,
                 device=job.device,
+                engine=job.engine,
                 backend=str(result["backend"]),
                 provider=str(result.get("provider", "")),
                 batch_size=int(result["batch_size"]),

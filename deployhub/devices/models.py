@@ -50,6 +50,9 @@ class DeviceClass(models.Model):
     throughput_target_ips = models.FloatField(null=True, blank=True)
     memory_limit_mb = models.PositiveIntegerField(null=True, blank=True)
     backends = models.JSONField(default=list, blank=True)
+    auto_rebuild = models.BooleanField(
+        default=False, help_text="Rebuild engines that a fingerprint change made stale."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -160,3 +163,19 @@ class Device(models.Model):
             self.fingerprint = fingerprint
             fields.append("fingerprint")
         self.save(update_fields=fields)
+
+
+class FingerprintChange(models.Model):
+    """A change of a device's hardware or toolchain, as the worker reported it."""
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="fingerprint_changes")
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+    summary = models.JSONField(default=list, help_text="Readable change lines.")
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self):
+        return f"{self.device}: {'; '.join(self.summary)[:80]}"

@@ -82,3 +82,14 @@ def device_drain(request, pk):
     Event.record(device.team, request.user, verb, device)
     messages.success(request, f"{device} is {'draining' if device.draining else 'accepting jobs'}.")
     return redirect(device.device_class)
+
+
+@login_required
+def device_detail(request, pk):
+    device = _get_device_for_user(request, pk)
+    context = {
+        "device": device,
+        "changes": device.fingerprint_changes.all()[:50],
+        "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
+    }
+    return render(request, "devices/device_detail.html", context)

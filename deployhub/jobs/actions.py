@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.engines.actions import record_engine
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.exports import record_export
@@ -19,7 +20,11 @@ from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
 
-RESULT_HANDLERS = {JobKind.BENCHMARK: BenchmarkRun.record, JobKind.EXPORT: record_export}
+RESULT_HANDLERS = {
+    JobKind.BENCHMARK: BenchmarkRun.record,
+    JobKind.EXPORT: record_export,
+    JobKind.COMPILE: record_engine,
+}
 
 __all__ = ["JobConflict", "ResultRejected", "WrongDevice"]
 
@@ -41,7 +46,7 @@ def _enqueue(job):
     transaction.on_commit(lambda: send_job(job.pk, job.attempt, queue))
 
 
-def submit_job(*, team, kind, device_class, user, model_version=None, params=None):
+def submit_job(*, team, kind, device_class, user, model_version=None, params=None, engine=None):
     """Create a queued job and publish it once the transaction commits."""
     with transaction.atomic():
         job = Job.objects.create(
@@ -49,11 +54,12 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
             kind=kind,
             device_class=device_class,
             model_version=model_version,
+            engine=engine,
             params=params or {},
             created_by=user,
             max_attempts=settings.DEPLOYHUB_JOB_MAX_ATTEMPTS,
         )
-        job.append_log(f"queued on {device_class.queue} by {user}")
+        job.append_log(f"queued on {device_class.queue} by {user or 'the system'}")
         job.save(update_fields=["log"])
         Event.record(team, user, "job.queued", job, kind=kind, device_class=device_class.slug)
         _enqueue(job)

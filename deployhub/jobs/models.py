@@ -74,6 +74,14 @@ class Job(models.Model):
     device = models.ForeignKey(
         "devices.Device", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
+    engine = models.ForeignKey(
+        "engines.Engine",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="jobs",
+        help_text="The engine a job runs (a benchmark of an engine), if any.",
+    )
     params = models.JSONField(default=dict, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     max_attempts = models.PositiveIntegerField(default=3)

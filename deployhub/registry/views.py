@@ -8,6 +8,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.engines.actions import compatibility_matrix
+from deployhub.engines.forms import CompileForm
+from deployhub.engines.models import Engine
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import contract_warnings
@@ -166,7 +169,16 @@ def _version_context(version, **forms):
         "diff": diff_versions(previous, version) if previous else [],
         "children": version.children.all(),
         "datasets": version.model.datasets.all(),
+        "engines": Engine.objects.for_version(version),
+        "matrices": _matrices(version),
+        "compile_form": CompileForm(team=version.team),
     }
+
+
+def _matrices(version):
+    """Return (device class, compatibility rows) for each class that has engines of the version."""
+    classes = version.team.device_classes.filter(engines__model_version=version).distinct()
+    return [(device_class, compatibility_matrix(version, device_class)) for device_class in classes]
 
 
 @login_required

@@ -61,6 +61,12 @@ class EventQuerySet(models.QuerySet):
         raise TypeError("Events are append-only.")
 
 
+def _actor_name(actor):
+    if actor is None:
+        return "system"
+    return actor if isinstance(actor, str) else actor.get_username()
+
+
 class Event(models.Model):
     """One state change, as it happened: who did what to which object."""
 
@@ -90,7 +96,7 @@ class Event(models.Model):
         """Append an event about `target` (any model instance)."""
         return cls.objects.create(
             team=team,
-            actor=actor if isinstance(actor, str) else actor.get_username(),
+            actor=_actor_name(actor),
             verb=verb,
             target_type=target._meta.model_name,
             target_id=target.pk,

@@ -1,0 +1,220 @@
+"""The engine store: build once per toolchain, serve only where it runs, mark what went stale.
+
+Compatibility is decided by the same pure functions the workers use
+(workers/backends): a device may run an engine only when its compatibility
+key for the engine's backend and build config equals the engine's key.
+"""
+
+import hashlib
+
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from deployhub.engines.models import Engine, EngineStatus, TimingCache
+from deployhub.engines.signing import sign
+from deployhub.jobs.errors import ResultRejected
+from deployhub.teams.models import Event
+from workers.backends.base import compat_key, describe_differences, differences, digest
+from workers.backends.registry import BACKENDS
+
+
+class UnknownBackend(ValueError):
+    """No backend of that name exists."""
+
+
+def key_for(backend, build_config, fingerprint):
+    """Return (compat_key, compat_fields) of a backend build on a device with this fingerprint."""
+    if backend not in BACKENDS:
+        raise UnknownBackend(f"There is no backend named {backend!r}.")
+    fields = BACKENDS[backend].compat_fields(fingerprint, build_config)
+    return compat_key(backend, fields), fields
+
+
+def compatibility(engine, fingerprint):
+    """Return (runs, reason, differences) of an engine on a device with this fingerprint."""
+    if not fingerprint:
+        return False, "The device has not reported a fingerprint yet.", {}
+    key, fields = key_for(engine.backend, engine.build_config, fingerprint)
+    if key == engine.compat_key:
+        return True, "", {}
+    diffs = differences(engine.compat_fields, fields)
+    reason = "This engine was built for another toolchain: " + describe_differences(diffs)
+    return False, reason, diffs
+
+
+def reference_device(device_class):
+    """Return the online device of the class that heartbeated last, with a fingerprint."""
+    online = device_class.devices.online().exclude(fingerprint={}).exclude(draining=True)
+    return online.order_by("-last_heartbeat_at").first()
+
+
+def existing_engine(version, device_class, backend, build_config):
+    """Return the valid engine a build on the class's reference device would produce, if stored."""
+    device = reference_device(device_class)
+    if device is None:
+        return None
+    key, _ = key_for(backend, build_config, device.fingerprint)
+    return Engine.objects.filter(
+        model_version=version,
+        backend=backend,
+        config_digest=digest(build_config),
+        compat_key=key,
+        status=EngineStatus.VALID,
+    ).first()
+
+
+def request_compile(version, device_class, backend, build_config, user):
+    """Return (engine, None) when the store has it already, else (None, the queued compile job)."""
+    from deployhub.jobs.actions import submit_job
+
+    if backend not in BACKENDS:
+        raise UnknownBackend(f"There is no backend named {backend!r}.")
+    if engine := existing_engine(version, device_class, backend, build_config):
+        Event.record(version.team, user, "engine.reused", engine)
+        return engine, None
+    params = {"backend": backend, "build_config": build_config}
+    job = submit_job(
+        team=version.team,
+        kind="compile",
+        device_class=device_class,
+        user=user,
+        model_version=version,
+        params=params,
+    )
+    return None, job
+
+
+def timing_cache_for(job, device):
+    """Return the timing cache a compile job should start from on this device, if any."""
+    if job.kind != "compile" or not device.fingerprint:
+        return None
+    params = job.params
+    key, _ = key_for(params["backend"], params.get("build_config") or {}, device.fingerprint)
+    return TimingCache.objects.filter(device_class=job.device_class, compat_key=key).first()
+
+
+def _artifact(job, name, sha256):
+    artifact = job.artifacts.filter(attempt=job.attempt, name=name).last()
+    if artifact is None:
+        raise ResultRejected(f"The compile finished without uploading its {name} file.")
+    if sha256 not in (None, artifact.sha256):
+        raise ResultRejected(f"The uploaded {name} does not match the sha256 the worker reported.")
+    return artifact
+
+
+def _store_timing_cache(job, key, result):
+    if not result.get("timing_cache_sha256"):
+        return
+    artifact = _artifact(job, "timing_cache", result["timing_cache_sha256"])
+    TimingCache.objects.update_or_create(
+        device_class=job.device_class,
+        compat_key=key,
+        defaults={"file": artifact.file.name, "sha256": artifact.sha256, "size": artifact.size},
+    )
+
+
+def record_engine(job, result):
+    """Store the engine a compile job built; an identical engine already stored is kept."""
+    params = job.params
+    backend, build_config = params["backend"], params.get("build_config") or {}
+    fingerprint = result.get("fingerprint") or job.device.fingerprint
+    key, fields = key_for(backend, build_config, fingerprint)
+    artifact = _artifact(job, "engine", result.get("artifact_sha256"))
+    _store_timing_cache(job, key, result)
+    lookup = {
+        "model_version": job.model_version,
+        "backend": backend,
+        "config_digest": digest(build_config),
+        "compat_key": key,
+    }
+    if engine := Engine.objects.filter(**lookup).first():
+        return engine
+    engine = Engine.objects.create(
+        **lookup,
+        device_class=job.device_class,
+        build_config=build_config,
+        compat_fields=fields,
+        file=artifact.file.name,
+        sha256=artifact.sha256,
+        size=artifact.size,
+        signature=sign(artifact.sha256),
+        fingerprint=fingerprint,
+        tool_versions=result.get("tool_versions") or {},
+        build_seconds=result.get("build_seconds"),
+        build_log=str(result.get("build_log") or ""),
+        built_on=job.device,
+        job=job,
+    )
+    Event.record(job.team, f"device:{job.device}", "engine.built", engine, compat_key=key)
+    return engine
+
+
+def stored_file_intact(engine):
+    """Return True when the stored engine's bytes still hash to its sha256."""
+    digest_ = hashlib.sha256()
+    with default_storage.open(engine.file.name, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest_.update(chunk)
+    return digest_.hexdigest() == engine.sha256
+
+
+def mark_stale(device, before, after):
+    """Mark stale the class's engines the device could run before the change and cannot now."""
+    stale = []
+    engines = Engine.objects.filter(device_class=device.device_class, status=EngineStatus.VALID)
+    for engine in engines:
+        ran_before = compatibility(engine, before)[0]
+        runs_now, reason, _ = compatibility(engine, after)
+        if ran_before and not runs_now:
+            engine.status = EngineStatus.STALE
+            engine.status_reason = f"{device} changed. {reason}"
+            engine.save(update_fields=["status", "status_reason"])
+            Event.record(engine.team, f"device:{device}", "engine.stale", engine, reason=reason)
+            stale.append(engine)
+    if stale and device.device_class.auto_rebuild:
+        for engine in stale:
+            rebuild(engine, None)
+    return stale
+
+
+def rebuild(engine, user):
+    """Ask for the same build again on the engine's class: (engine, None) or (None, job)."""
+    return request_compile(
+        engine.model_version, engine.device_class, engine.backend, engine.build_config, user
+    )
+
+
+def compatibility_matrix(version, device_class):
+    """Return rows of (engine, [(device, runs, reason)]) for the class's devices."""
+    devices = list(device_class.devices.all())
+    engines = Engine.objects.for_version(version).filter(device_class=device_class)
+    return [
+        (engine, [(device, *compatibility(engine, device.fingerprint)[:2]) for device in devices])
+        for engine in engines
+    ]
+
+
+def record_fingerprint(device, fingerprint):
+    """Store a reported fingerprint; a change goes to history and marks engines stale."""
+    from workers.fingerprint import diff
+
+    before = device.fingerprint
+    if fingerprint == before:
+        return None
+    with transaction.atomic():
+        device.fingerprint = fingerprint
+        device.save(update_fields=["fingerprint"])
+        if not before:
+            return None
+        change = device.fingerprint_changes.create(
+            before=before, after=fingerprint, summary=diff(before, fingerprint)
+        )
+        Event.record(
+            device.team,
+            f"device:{device}",
+            "device.fingerprint_changed",
+            device,
+            summary=change.summary,
+        )
+        mark_stale(device, before, fingerprint)
+    return change

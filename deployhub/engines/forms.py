@@ -1,0 +1,34 @@
+from django import forms
+
+from deployhub.registry.forms import PrettyJSONField, team_classes
+from workers.backends.registry import BACKENDS
+
+DEFAULT_CONFIGS = {
+    "onnxruntime": {"optimization_level": "all", "provider": "CPUExecutionProvider"},
+    "openvino": {"device": "CPU", "precision": "f32", "performance_hint": "LATENCY"},
+    "tensorrt": {"precision": "fp16", "workspace_mb": 4096, "optimization_level": 3},
+    "torch-aoti": {},
+}
+
+
+class CompileForm(forms.Form):
+    device_class = forms.ModelChoiceField(queryset=None, empty_label=None)
+    backend = forms.ChoiceField(choices=())
+    build_config = PrettyJSONField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "code"}),
+        help_text="Backend options; the same config on the same toolchain reuses the engine.",
+    )
+
+    def __init__(self, *args, team, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["device_class"].queryset = team_classes(team)
+        self.fields["backend"].choices = [(name, name) for name in sorted(BACKENDS)]
+        self.fields["backend"].initial = "onnxruntime"
+        self.fields["build_config"].initial = DEFAULT_CONFIGS["onnxruntime"]
+
+    def clean_build_config(self):
+        config = self.cleaned_data["build_config"] or {}
+        if not isinstance(config, dict):
+            raise forms.ValidationError("The build config is a JSON object.")
+        return config

@@ -1,0 +1,84 @@
+"""Pages and actions for compiled engines and device fingerprints."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from deployhub.engines.actions import UnknownBackend, compatibility_matrix, rebuild, request_compile
+from deployhub.engines.forms import CompileForm
+from deployhub.engines.models import Engine
+from deployhub.jobs.actions import submit_job
+from deployhub.registry.views import _get_version_for_user
+from deployhub.teams.access import require_role, teams_of
+from deployhub.teams.models import Role
+
+
+def _get_engine_for_user(request, pk):
+    queryset = Engine.objects.select_related("model_version__model", "device_class", "built_on")
+    return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
+
+
+def _report(request, engine, job):
+    """Say whether the store answered at once or a build was queued."""
+    if engine is not None:
+        messages.success(request, f"Reused {engine}: it is already built for this toolchain.")
+    else:
+        messages.info(request, f"Compile queued as job #{job.pk}.")
+
+
+@login_required
+@require_POST
+def version_compile(request, pk):
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = CompileForm(request.POST, team=version.team)
+    if not form.is_valid():
+        messages.error(request, f"Compile not queued: {form.errors.as_text()}")
+        return redirect(f"{version.get_absolute_url()}#engines")
+    data = form.cleaned_data
+    try:
+        engine, job = request_compile(
+            version, data["device_class"], data["backend"], data["build_config"], request.user
+        )
+    except UnknownBackend as exc:
+        messages.error(request, str(exc))
+        return redirect(version)
+    _report(request, engine, job)
+    return redirect(f"{version.get_absolute_url()}#engines")
+
+
+@login_required
+def engine_detail(request, pk):
+    engine = _get_engine_for_user(request, pk)
+    matrix = compatibility_matrix(engine.model_version, engine.device_class)
+    cells = next((row for candidate, row in matrix if candidate.pk == engine.pk), [])
+    context = {"engine": engine, "cells": cells, "benchmarks": engine.benchmarks.all()}
+    return render(request, "engines/detail.html", context)
+
+
+@login_required
+@require_POST
+def engine_rebuild(request, pk):
+    engine = _get_engine_for_user(request, pk)
+    require_role(request.user, engine.team, Role.ENGINEER)
+    _report(request, *rebuild(engine, request.user))
+    return redirect(f"{engine.model_version.get_absolute_url()}#engines")
+
+
+@login_required
+@require_POST
+def engine_benchmark(request, pk):
+    engine = _get_engine_for_user(request, pk)
+    require_role(request.user, engine.team, Role.ENGINEER)
+    job = submit_job(
+        team=engine.team,
+        kind="benchmark",
+        device_class=engine.device_class,
+        user=request.user,
+        model_version=engine.model_version,
+        engine=engine,
+        params={"batch_size": 1, "warmup_iterations": 10, "iterations": 1000},
+    )
+    messages.success(request, f"Benchmark of {engine} queued as job #{job.pk}.")
+    return redirect(f"{engine.model_version.get_absolute_url()}#job-{job.pk}")

@@ -1,0 +1,219 @@
+"""The engine store through the device protocol: build once, serve where it runs, go stale."""
+
+import copy
+import hashlib
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from deployhub.devices.models import FingerprintChange
+from deployhub.engines import signing
+from deployhub.engines.actions import request_compile, stored_file_intact
+from deployhub.engines.models import Engine, TimingCache
+from deployhub.jobs.models import Job
+from tests.conftest import PASSWORD
+
+FINGERPRINT = {
+    "schema": 2,
+    "os": {"system": "Linux", "release": "6.1", "machine": "x86_64"},
+    "cpu": {
+        "model": "Test Xeon",
+        "count": 2,
+        "flags": ["avx2", "avx512f", "avx512_vnni"],
+        "isa_level": "avx512",
+    },
+    "memory_mb": 24000,
+    "gpus": None,
+    "nvidia_driver": None,
+    "cuda": None,
+    "onnxruntime": {"version": "1.32.0", "providers": ["CPUExecutionProvider"]},
+    "tensorrt": None,
+    "openvino": None,
+    "torch": None,
+    "cudnn": None,
+}
+CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
+ENGINE_BYTES = b"an optimised onnx model"
+
+
+def other_ort(fingerprint=FINGERPRINT, version="1.31.0"):
+    changed = copy.deepcopy(fingerprint)
+    changed["onnxruntime"]["version"] = version
+    return changed
+
+
+def api(client, token, path, body=None, method="post"):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    if method == "get":
+        return client.get(f"/api/v1/{path}", **headers)
+    return client.post(
+        f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
+    )
+
+
+@pytest.fixture
+def device_a(make_device, client):
+    device, token = make_device("a")
+    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    return device, token
+
+
+def build(client, job, token, data=ENGINE_BYTES, timing_cache=None):
+    """Play the worker's side of a compile job through the real API."""
+    api(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
+    uploads = {"engine": data, **({"timing_cache": timing_cache} if timing_cache else {})}
+    for name, content in uploads.items():
+        client.post(
+            f"/api/v1/jobs/{job.pk}/artifacts",
+            {"attempt": job.attempt, "name": name, "file": SimpleUploadedFile(name, content)},
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+    result = {
+        "backend": "onnxruntime",
+        "build_config": CONFIG,
+        "fingerprint": FINGERPRINT,
+        "tool_versions": {"onnxruntime": "1.32.0"},
+        "build_seconds": 0.5,
+        "build_log": "ok",
+        "artifact": "engine",
+        "artifact_sha256": hashlib.sha256(data).hexdigest(),
+        "timing_cache_sha256": hashlib.sha256(timing_cache).hexdigest() if timing_cache else None,
+    }
+    return api(
+        client,
+        token,
+        f"jobs/{job.pk}/complete",
+        {"attempt": job.attempt, "state": "succeeded", "result": result},
+    )
+
+
+def compile_(version, device_class, user):
+    return request_compile(version, device_class, "onnxruntime", CONFIG, user)
+
+
+def test_a_compile_stores_a_signed_engine_and_a_repeat_reuses_it(
+    client, version, device_class, alice, device_a
+):
+    _, token = device_a
+    engine, job = compile_(version, device_class, alice)
+    assert engine is None and job.kind == "compile"
+    assert build(client, job, token).status_code == 200
+    engine = Engine.objects.get()
+    assert engine.sha256 == hashlib.sha256(ENGINE_BYTES).hexdigest()
+    assert engine.compat_fields["onnxruntime"] == "1.32.0"
+    assert signing.verify(engine.sha256, engine.signature)
+    assert stored_file_intact(engine)
+    again, no_job = compile_(version, device_class, alice)
+    assert again == engine and no_job is None
+    assert Job.objects.filter(kind="compile").count() == 1
+
+
+def test_the_ui_says_a_compile_was_answered_from_the_store(
+    client, version, device_class, alice, device_a
+):
+    _, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    client.login(username="alice", password=PASSWORD)
+    response = client.post(
+        f"/versions/{version.pk}/compile",
+        {
+            "device_class": device_class.pk,
+            "backend": "onnxruntime",
+            "build_config": json.dumps(CONFIG),
+        },
+        follow=True,
+    )
+    assert "Reused" in response.content.decode()
+    assert Job.objects.filter(kind="compile").count() == 1
+
+
+def test_only_a_device_with_the_same_toolchain_downloads_the_engine(
+    client, version, device_class, alice, device_a, make_device
+):
+    _, token_a = device_a
+    build(client, compile_(version, device_class, alice)[1], token_a)
+    engine = Engine.objects.get()
+    _, token_b = make_device("b")
+    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    ok = api(client, token_a, f"engines/{engine.pk}/download", method="get")
+    assert ok.status_code == 200 and b"".join(ok.streaming_content) == ENGINE_BYTES
+    refused = api(client, token_b, f"engines/{engine.pk}/download", method="get")
+    assert refused.status_code == 409
+    assert refused.json()["differences"] == {"onnxruntime": ["1.32.0", "1.31.0"]}
+    assert "1.32.0" in refused.json()["error"] and "1.31.0" in refused.json()["error"]
+
+
+def test_a_fingerprint_change_is_kept_readably_and_marks_engines_stale(
+    client, version, device_class, alice, device_a
+):
+    device, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    change = FingerprintChange.objects.get(device=device)
+    assert any("1.32.0" in line and "1.33.0" in line for line in change.summary)
+    engine = Engine.objects.get()
+    assert engine.status == "stale" and "1.33.0" in engine.status_reason
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(f"/devices/{device.pk}/").content.decode()
+    assert "1.33.0" in page and "1.32.0" in page
+
+
+def test_a_rebuild_after_the_change_produces_a_new_engine(
+    client, version, device_class, alice, device_a
+):
+    device, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    client.login(username="alice", password=PASSWORD)
+    client.post(f"/engines/{Engine.objects.get().pk}/rebuild")
+    job = Job.objects.filter(kind="compile").latest("id")
+    assert job.state == "queued" and job.params["backend"] == "onnxruntime"
+
+
+def test_a_class_set_to_auto_rebuild_queues_the_rebuild_itself(
+    client, version, device_class, alice, device_a
+):
+    device_class.auto_rebuild = True
+    device_class.save()
+    _, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    assert Job.objects.filter(kind="compile", state="queued").count() == 1
+
+
+def test_a_timing_cache_goes_to_the_next_build_on_a_matching_device(
+    client, version, device_class, alice, device_a
+):
+    _, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token, timing_cache=b"tactics")
+    cache = TimingCache.objects.get()
+    assert cache.device_class == device_class
+    Engine.objects.all().delete()
+    _, job = compile_(version, device_class, alice)
+    claimed = api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+    assert claimed["inputs"]["timing_cache"]["sha256"] == cache.sha256
+    served = api(client, token, f"jobs/{job.pk}/inputs/timing_cache", method="get")
+    assert b"".join(served.streaming_content) == b"tactics"
+
+
+def test_the_version_page_shows_the_compatibility_matrix(
+    client, version, device_class, alice, device_a, make_device
+):
+    _, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    _, token_b = make_device("b")
+    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(version.get_absolute_url()).content.decode()
+    assert "Compatibility on" in page and ">runs<" in page and "1.31.0" in page
+
+
+def test_a_flipped_byte_in_the_store_is_detected(client, version, device_class, alice, device_a):
+    _, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    engine = Engine.objects.get()
+    data = bytearray(open(engine.file.path, "rb").read())
+    data[3] ^= 0x01
+    open(engine.file.path, "wb").write(bytes(data))
+    assert not stored_file_intact(engine)

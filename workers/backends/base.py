@@ -1,0 +1,179 @@
+"""The base every runtime backend implements, and the pure helpers of compatibility keys.
+
+A backend compiles a model into an artifact (an engine) that only runs where
+the fields returned by its `compat_fields` are the same. Both sides use those
+fields: a worker reports them when it completes a compile, and the hub
+computes them from a device's fingerprint to decide whether that device may
+download an engine. So `compat_fields` is pure, reads only the fingerprint and
+the build config, and must work where the runtime is not installed.
+"""
+
+import abc
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import ClassVar
+
+from workers.fingerprint import isa_level
+
+
+@dataclass
+class CompileResult:
+    """What a backend's compile produced."""
+
+    artifact: Path
+    timing_cache: Path | None = None
+    log: str = ""
+    tool_versions: dict = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """A runtime that compiles models into engines, loads them and runs them."""
+
+    name: ClassVar[str]  # the name jobs and engines use ("onnxruntime")
+    runtime: ClassVar[str]  # the module that must import for the backend to run here
+    extra: ClassVar[str]  # the pip extra that installs the runtime: deployhub[<extra>]
+
+    @classmethod
+    def available(cls):
+        """Return True when this backend's runtime imports on this machine."""
+        return importable(cls.runtime)
+
+    @classmethod
+    @abc.abstractmethod
+    def compat_fields(cls, fingerprint: dict, build_config: dict) -> dict:
+        """Return the fields of a device an artifact built with this config depends on."""
+
+    @classmethod
+    def check_config(cls, build_config):
+        """Raise JobError when the build config cannot be built; pure, for the hub too."""
+        return None  # every config is accepted unless a backend knows better
+
+    @abc.abstractmethod
+    def compile(
+        self,
+        source: Path,
+        build_config: dict,
+        workdir: Path,
+        *,
+        timing_cache: Path | None = None,
+        progress=None,
+    ) -> CompileResult:
+        """Compile the ONNX model at source into workdir; return a CompileResult."""
+
+    @abc.abstractmethod
+    def load(self, artifact: Path, build_config: dict):
+        """Load a compiled artifact (verified beforehand); return a handle for infer."""
+
+    @abc.abstractmethod
+    def infer(self, handle, feeds: dict) -> list:
+        """Run the loaded artifact on {input name: array}; return the outputs in order."""
+
+
+@cache
+def importable(module):
+    """Return True when a module imports here (tried once per process)."""
+    try:
+        importlib.import_module(module)
+    except Exception:  # missing, or installed without its native libraries
+        return False
+    return True
+
+
+def canonical(obj):
+    """Return obj as compact JSON with sorted keys: equal objects, equal text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(obj):
+    """Return the sha256 hex of obj's canonical JSON."""
+    return hashlib.sha256(canonical(obj).encode()).hexdigest()
+
+
+def compat_key(backend_name, fields):
+    """Return the compatibility key of a backend's compat fields: "<backend>:<sha256>"."""
+    return f"{backend_name}:{digest(fields)}"
+
+
+def differences(a_fields, b_fields):
+    """Return {dotted field: [a value, b value]} for the fields that differ (None when absent)."""
+    a_flat, b_flat = _flatten(a_fields), _flatten(b_fields)
+    names = list(a_flat) + [name for name in b_flat if name not in a_flat]
+    return {
+        name: [a_flat.get(name), b_flat.get(name)]
+        for name in names
+        if a_flat.get(name) != b_flat.get(name)
+    }
+
+
+def describe_differences(diffs):
+    """Return differences as one line: "onnxruntime 1.32.0 ≠ 1.31.0; cpu isa avx512 ≠ avx2"."""
+    return "; ".join(
+        f"{name.replace('_', ' ').replace('.', ' ')} {_show(a)} ≠ {_show(b)}"
+        for name, (a, b) in diffs.items()
+    )
+
+
+def tool_version(fingerprint, tool):
+    """Return a toolchain's version from a fingerprint ({"onnxruntime": {"version": ..}})."""
+    entry = (fingerprint or {}).get(tool)
+    return entry.get("version") if isinstance(entry, dict) else None
+
+
+def cpu_isa(fingerprint):
+    """Return the fingerprint's CPU ISA level, derived from its flags when not reported."""
+    cpu = (fingerprint or {}).get("cpu")
+    if not isinstance(cpu, dict):
+        return None
+    return cpu.get("isa_level") or isa_level(cpu.get("flags"))
+
+
+def cpu_flags(fingerprint):
+    """Return the fingerprint's CPU flags, or None when unknown."""
+    cpu = (fingerprint or {}).get("cpu")
+    return cpu.get("flags") if isinstance(cpu, dict) else None
+
+
+def gpu_compute_capability(fingerprint, index=0):
+    """Return a GPU's compute capability ("8.6"), None without that GPU."""
+    gpus = (fingerprint or {}).get("gpus")
+    if not isinstance(gpus, list) or len(gpus) <= index or not isinstance(gpus[index], dict):
+        return None
+    return gpus[index].get("compute_capability")
+
+
+def cuda_version(fingerprint, kind):
+    """Return the fingerprint's CUDA version of a kind ("driver_api", "runtime"), or None."""
+    cuda = (fingerprint or {}).get("cuda")
+    return cuda.get(kind) if isinstance(cuda, dict) else None
+
+
+def version_parts(version, count):
+    """Return the first count dot-separated parts of a version ("10.16.1.11", 3 -> "10.16.1")."""
+    if version is None:
+        return None
+    return ".".join(str(version).split(".")[:count])
+
+
+def _flatten(fields, prefix=""):
+    """Return nested dicts as one dict with dotted names."""
+    flat = {}
+    for name, value in (fields or {}).items():
+        dotted = f"{prefix}{name}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _show(value):
+    """Return a field value as people read it (None as "none", booleans lower case)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
