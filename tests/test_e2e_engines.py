@@ -18,27 +18,44 @@ CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
 
 
 def final(job, worker, timeout=90):
-    return wait_until(lambda: (j := Job.objects.get(pk=job.pk)).is_final and j, timeout,
-                      f"job {job.pk} to finish", on_timeout=worker.output)
+    return wait_until(
+        lambda: (j := Job.objects.get(pk=job.pk)).is_final and j,
+        timeout,
+        f"job {job.pk} to finish",
+        on_timeout=worker.output,
+    )
 
 
 def benchmark_engine(engine, user):
-    return submit_job(team=engine.team, kind="benchmark", device_class=engine.device_class,
-                      user=user, model_version=engine.model_version, engine=engine,
-                      params={"warmup_iterations": 2, "iterations": 50})
+    return submit_job(
+        team=engine.team,
+        kind="benchmark",
+        device_class=engine.device_class,
+        user=user,
+        model_version=engine.model_version,
+        engine=engine,
+        params={"warmup_iterations": 2, "iterations": 50},
+    )
 
 
 def download(live_server, engine, token):
-    return requests.get(f"{live_server.url}/api/v1/engines/{engine.pk}/download",
-                        headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    return requests.get(
+        f"{live_server.url}/api/v1/engines/{engine.pk}/download",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
 
 
-def test_the_engine_store_with_two_real_workers(live_server, settings, tmp_path, version, device_class, make_device, start_worker, alice):
+def test_the_engine_store_with_two_real_workers(
+    live_server, settings, tmp_path, version, device_class, make_device, start_worker, alice
+):
     settings.DEPLOYHUB_HEARTBEAT_INTERVAL = 1
     override_a = tmp_path / "a.json"
     override_a.write_text("{}")
     device_a, token_a = make_device("gpu-box-a")
-    worker_a = start_worker(device_a, token_a, env={"DEPLOYHUB_FINGERPRINT_OVERRIDE": str(override_a)})
+    worker_a = start_worker(
+        device_a, token_a, env={"DEPLOYHUB_FINGERPRINT_OVERRIDE": str(override_a)}
+    )
 
     # Build once on A.
     engine, job = request_compile(version, device_class, "onnxruntime", CONFIG, alice)
@@ -76,8 +93,12 @@ def test_the_engine_store_with_two_real_workers(live_server, settings, tmp_path,
 
     # A's toolchain changes (a rehearsed upgrade): the engine goes stale, a rebuild makes a new one.
     override_a.write_text(json.dumps({"onnxruntime": {"version": "1.33.0"}}))
-    wait_until(lambda: FingerprintChange.objects.filter(device=device_a).exists(), 20,
-               "A's fingerprint change to reach the hub", on_timeout=worker_a.output)
+    wait_until(
+        lambda: FingerprintChange.objects.filter(device=device_a).exists(),
+        20,
+        "A's fingerprint change to reach the hub",
+        on_timeout=worker_a.output,
+    )
     engine.refresh_from_db()
     assert engine.status == "stale" and "1.33.0" in engine.status_reason
     _, job = rebuild(engine, alice)

@@ -217,3 +217,20 @@ def test_a_flipped_byte_in_the_store_is_detected(client, version, device_class, 
     data[3] ^= 0x01
     open(engine.file.path, "wb").write(bytes(data))
     assert not stored_file_intact(engine)
+
+
+def test_a_build_config_the_backend_cannot_build_is_refused_up_front(
+    client, version, device_class, alice
+):
+    client.login(username="alice", password=PASSWORD)
+    response = client.post(
+        f"/versions/{version.pk}/compile",
+        {
+            "device_class": device_class.pk,
+            "backend": "onnxruntime",
+            "build_config": json.dumps({"optimization_level": "max"}),
+        },
+        follow=True,
+    )
+    assert "optimization_level" in response.content.decode()
+    assert not Job.objects.filter(kind="compile").exists()

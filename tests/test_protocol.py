@@ -271,3 +271,24 @@ def test_it_refuses_an_artifact_from_a_stale_attempt_and_keeps_no_file(
     assert list(settings.FILE_UPLOAD_TEMP_DIR.iterdir()) == []
     digest = hashlib.sha256(b"late engine").hexdigest()
     assert not (settings.STORAGE_ROOT / "artifacts" / digest[:2] / digest).exists()
+
+
+def test_a_draining_device_is_refused_and_the_job_goes_back_on_the_queue(
+    client, job, make_device, broker
+):
+    device, token = make_device()
+    device.draining = True
+    device.save()
+    queue = job.device_class.queue
+    broker.delete(queue)
+    response = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    assert response.status_code == 409 and "draining" in response.json()["error"]
+    assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
+    assert broker.llen(queue) == 1  # republished for another device of the class
+
+
+def test_the_heartbeat_tells_a_drained_device_so(client, make_device):
+    device, token = make_device()
+    device.draining = True
+    device.save()
+    assert call(client, token, "device/heartbeat", {}).json()["state"] == "draining"

@@ -142,7 +142,16 @@ def _heartbeat_device(client, interval, override_path, stop):
             logger.warning("device heartbeat failed: %s", error)
             continue
         CONTEXT.fingerprint = current
+        _follow_drain(answer.get("state"))
         interval = answer.get("heartbeat_interval") or interval
+
+
+def _follow_drain(state):
+    """Take no new jobs while the hub says this device is draining."""
+    draining = state == "draining"
+    if draining != CONTEXT.draining:
+        logger.info("device %s", "draining: no new jobs" if draining else "accepting jobs again")
+    CONTEXT.draining = draining
 
 
 def _consume(device, broker_url):

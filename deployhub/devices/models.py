@@ -74,7 +74,8 @@ class DeviceClass(models.Model):
         return 1000.0 / self.frame_budget_ms if self.frame_budget_ms else None
 
     def online_devices(self):
-        return self.devices.online()
+        """Devices that heartbeat and take jobs (not draining)."""
+        return self.devices.online().filter(draining=False)
 
 
 def hash_token(token):

@@ -16,10 +16,11 @@ from deployhub.jobs.errors import ResultRejected
 from deployhub.teams.models import Event
 from workers.backends.base import compat_key, describe_differences, differences, digest
 from workers.backends.registry import BACKENDS
+from workers.errors import JobError
 
 
 class UnknownBackend(ValueError):
-    """No backend of that name exists."""
+    """No backend of that name exists, or it cannot build this config."""
 
 
 def key_for(backend, build_config, fingerprint):
@@ -69,6 +70,10 @@ def request_compile(version, device_class, backend, build_config, user):
 
     if backend not in BACKENDS:
         raise UnknownBackend(f"There is no backend named {backend!r}.")
+    try:
+        BACKENDS[backend].check_config(build_config)
+    except JobError as exc:
+        raise UnknownBackend(str(exc)) from exc
     if engine := existing_engine(version, device_class, backend, build_config):
         Event.record(version.team, user, "engine.reused", engine)
         return engine, None

@@ -5,8 +5,8 @@ from workers.backends.registry import BACKENDS
 
 DEFAULT_CONFIGS = {
     "onnxruntime": {"optimization_level": "all", "provider": "CPUExecutionProvider"},
-    "openvino": {"device": "CPU", "precision": "f32", "performance_hint": "LATENCY"},
-    "tensorrt": {"precision": "fp16", "workspace_mb": 4096, "optimization_level": 3},
+    "openvino": {"device": "CPU"},
+    "tensorrt": {},
     "torch-aoti": {},
 }
 

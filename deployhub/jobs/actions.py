@@ -29,12 +29,12 @@ RESULT_HANDLERS = {
 __all__ = ["JobConflict", "ResultRejected", "WrongDevice"]
 
 
-def send_job(job_id, attempt, queue):
+def send_job(job_id, attempt, queue, countdown=None):
     """Publish the job id on its device class's queue; on failure the reaper resends it."""
     from deployhub.celery import app
 
     try:
-        app.send_task("deployhub.run_job", args=[job_id, attempt], queue=queue)
+        app.send_task("deployhub.run_job", args=[job_id, attempt], queue=queue, countdown=countdown)
     except Exception as exc:
         logger.warning("could not publish job %s: %s", job_id, exc)
         return
@@ -84,8 +84,15 @@ def check_holder(job, device, attempt):
         raise WrongDevice("This job is held by another device.")
 
 
+# A draining device that claims anyway gets a 409; the job goes back on the queue after this.
+DRAINING_RESEND_SECONDS = 2
+
+
 def claim_job(job_id, device, attempt):
     """Give the job to the device for this attempt, under a fresh lease."""
+    if device.draining:
+        send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
+        raise JobConflict("This device is draining: it takes no new jobs.")
     with transaction.atomic():
         job = _locked(job_id, device)
         if job.device_class_id != device.device_class_id:
