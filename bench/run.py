@@ -365,7 +365,54 @@ def bench_upload_memory():
     ]
 
 
-BENCHES = [bench_job_pipeline, bench_upload_memory]
+def bench_compile_reuse():
+    """Row: a repeated compile answered from the engine store vs the build it replaces."""
+    from django.core.files import File
+
+    from deployhub.engines.actions import request_compile
+    from deployhub.jobs.models import Job
+    from deployhub.registry.models import Model
+    from deployhub.registry.uploads import create_version
+    from deployhub.teams.models import Team
+
+    team, user, device_class, device, token = setup_fleet_for(
+        Team.objects.create(name="Compile bench", slug="compile-bench")
+    )
+    model = Model.objects.create(team=team, name="digits", created_by=user)
+    with open(ROOT / "deployhub" / "demo" / "assets" / "digits_cnn_v2.onnx", "rb") as handle:
+        version = create_version(model, File(handle, name="digits_cnn_v2.onnx"), user)
+    config = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
+    stack = Stack(token, device)
+    try:
+        started = time.perf_counter()
+        _, job = request_compile(version, device_class, "onnxruntime", config, user)
+        while not (job := Job.objects.get(pk=job.pk)).is_final:
+            time.sleep(0.005)
+        build = time.perf_counter() - started
+        if job.state != "succeeded":
+            raise SystemExit(f"bench: the compile failed: {job.error}\n{job.log}")
+        reuses = []
+        for _ in range(20):
+            started = time.perf_counter()
+            engine, no_job = request_compile(version, device_class, "onnxruntime", config, user)
+            reuses.append(time.perf_counter() - started)
+            assert engine is not None and no_job is None
+    finally:
+        stack.stop()
+    reuse = statistics.median(reuses)
+    return [
+        row("compile answered from the store (median of 20)", reuse * 1000, "ms", 50),
+        row(
+            f"store vs build it replaces ({build * 1000:.0f} ms)",
+            build / reuse,
+            "×",
+            10,
+            lower_is_better=False,
+        ),
+    ]
+
+
+BENCHES = [bench_job_pipeline, bench_upload_memory, bench_compile_reuse]
 
 
 def main():
