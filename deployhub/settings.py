@@ -142,6 +142,21 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+if S3_BUCKET := env_str("DEPLOYHUB_S3_BUCKET"):
+    # Models, datasets, artifacts and engines in an S3-compatible bucket (pip extra "s3").
+    # Credentials come the usual boto3 way (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...).
+    STORAGES["default"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": S3_BUCKET,
+            "endpoint_url": env_str("DEPLOYHUB_S3_ENDPOINT_URL") or None,
+            "region_name": env_str("DEPLOYHUB_S3_REGION") or None,
+            "location": env_str("DEPLOYHUB_S3_PREFIX", ""),
+            "default_acl": None,
+            "file_overwrite": False,
+            "querystring_auth": True,
+        },
+    }
 # Uploads stream to disk inside the storage root, never into the web process's memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 FILE_UPLOAD_TEMP_DIR = STORAGE_ROOT / "tmp"

@@ -1,7 +1,6 @@
 """A PyTorch export program (.pt2) becomes an ONNX child version, through a worker's export job."""
 
 from django.conf import settings
-from django.core.files.storage import default_storage
 
 from deployhub.jobs.errors import ResultRejected
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
@@ -51,17 +50,25 @@ def _child_contract(parent, inputs):
 
 def record_export(job, result):
     """Create the ONNX child of the exported version from the job's uploaded artifact."""
-    from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, save_version
+    from deployhub.registry.uploads import inspect_upload, local_copy
 
     parent = job.model_version
     artifact = _exported_artifact(job, result)
-    path = default_storage.path(artifact.file.name)
-    try:
-        info = inspect_upload(path, VersionFormat.ONNX)
-    except InvalidModel as exc:
-        raise ResultRejected(f"The exported ONNX model is not valid: {exc}") from exc
     if existing := parent.model.versions.filter(sha256=artifact.sha256).first():
         return existing
+    with local_copy(artifact.file.name) as path:
+        try:
+            info = inspect_upload(path, VersionFormat.ONNX)
+        except InvalidModel as exc:
+            raise ResultRejected(f"The exported ONNX model is not valid: {exc}") from exc
+        return _save_child(job, artifact, info, path, result)
+
+
+def _save_child(job, artifact, info, path, result):
+    """Store the exported ONNX file as a child version of the job's .pt2 version."""
+    from deployhub.registry.uploads import VERSION_FIELDS, save_version
+
+    parent = job.model_version
     version = ModelVersion(
         model=parent.model,
         sha256=artifact.sha256,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 from django.conf import settings
-from django.core.files.storage import default_storage
+from django.core.files import File
+from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
 from django.db import transaction
@@ -171,15 +172,32 @@ def workspace():
 
 def place(path, name, move=True):
     """Put a file at its content-addressed storage name; return True if it was new."""
+    if default_storage.exists(name):
+        return False
+    if not isinstance(default_storage, FileSystemStorage):  # a bucket: upload, then drop ours
+        with open(path, "rb") as handle:
+            default_storage.save(name, File(handle, name=Path(name).name))
+        return True
     final = Path(default_storage.path(name))
     final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists():
-        return False
     if move:
         os.replace(path, final)
     else:
         shutil.copyfile(path, final)
     return True
+
+
+@contextmanager
+def local_copy(name):
+    """Yield a local path of a stored file: the file itself on disk, else a temporary copy."""
+    if isinstance(default_storage, FileSystemStorage):
+        yield Path(default_storage.path(name))
+        return
+    with workspace() as work, default_storage.open(name, "rb") as source:
+        path = work / Path(name).name
+        with open(path, "wb") as out:
+            shutil.copyfileobj(source, out, CHUNK)
+        yield path
 
 
 def head(path, size=512):
