@@ -234,3 +234,45 @@ def test_a_build_config_the_backend_cannot_build_is_refused_up_front(
     )
     assert "optimization_level" in response.content.decode()
     assert not Job.objects.filter(kind="compile").exists()
+
+
+def test_the_api_compiles_reuses_and_reports_compatibility(
+    client, version, device_class, alice, device_a, make_device
+):
+    from tests.test_registry_api import token_for
+
+    _, token = device_a
+    headers = token_for(alice)
+    body = json.dumps(
+        {"device_class": device_class.slug, "backend": "onnxruntime", "build_config": CONFIG}
+    )
+    queued = client.post(
+        f"/api/v1/versions/{version.pk}/engines", body, content_type="application/json", **headers
+    )
+    assert queued.status_code == 202 and queued.json()["reused"] is False
+    build(client, Job.objects.get(pk=queued.json()["job"]["id"]), token)
+    reused = client.post(
+        f"/api/v1/versions/{version.pk}/engines", body, content_type="application/json", **headers
+    )
+    assert reused.status_code == 200 and reused.json()["reused"] is True
+    _, token_b = make_device("b")
+    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    engine = client.get(f"/api/v1/engines/{reused.json()['engine']['id']}", **headers).json()
+    runs = {d["device"]: d["runs"] for d in engine["devices"]}
+    assert runs == {"a": True, "b": False}
+
+
+def test_an_admin_drains_a_device_through_the_api(client, alice, bob, device_a):
+    from tests.test_registry_api import token_for
+
+    device, _ = device_a
+    url = f"/api/v1/devices/{device.pk}/drain"
+    assert (
+        client.post(url, "{}", content_type="application/json", **token_for(bob)).status_code == 403
+    )
+    response = client.post(
+        url, json.dumps({"draining": True}), content_type="application/json", **token_for(alice)
+    )
+    assert response.json()["draining"] is True and response.json()["state"] == "draining"
+    detail = client.get(f"/api/v1/devices/{device.pk}", **token_for(alice)).json()
+    assert detail["fingerprint"]["onnxruntime"]["version"] == "1.32.0"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployhub.api import registry, views
+from deployhub.api import fleet, registry, views
 
 urlpatterns = [
     path("device", views.whoami, name="api_whoami"),
@@ -11,6 +11,11 @@ urlpatterns = [
     path("jobs/<int:job_id>/artifacts", views.upload_artifact, name="api_upload_artifact"),
     path("jobs/<int:job_id>/inputs/<str:name>", views.job_input, name="api_job_input"),
     path("engines/<int:engine_id>/download", views.engine_download, name="api_engine_download"),
+    path("engines/<int:pk>", fleet.engine_detail, name="api_engine"),
+    path("engines/<int:pk>/rebuild", fleet.engine_rebuild, name="api_engine_rebuild"),
+    path("devices/<int:pk>", fleet.device_detail, name="api_device"),
+    path("devices/<int:pk>/drain", fleet.device_drain, name="api_device_drain"),
+    path("versions/<int:pk>/engines", fleet.version_engines, name="api_version_engines"),
     path("models", registry.models, name="api_models"),
     path("models/<int:pk>", registry.model_detail, name="api_model"),
     path("models/<int:pk>/versions", registry.model_versions, name="api_model_versions"),

@@ -17,10 +17,6 @@ class EngineStatus(ChoiceSet):
     )
 
 
-def engine_path(sha256):
-    return f"engines/{sha256[:2]}/{sha256}"
-
-
 class EngineQuerySet(models.QuerySet):
     def for_version(self, version):
         return self.filter(model_version=version).select_related("device_class", "built_on")

@@ -1,0 +1,142 @@
+"""API v1 for people and scripts: devices, fingerprints, engines and compiles."""
+
+import json
+
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.http import require_http_methods
+
+from deployhub.api.registry import BadInput, token_required
+from deployhub.devices.models import Device
+from deployhub.engines.actions import UnknownBackend, compatibility, rebuild, request_compile
+from deployhub.engines.models import Engine
+from deployhub.registry.models import ModelVersion
+from deployhub.teams.access import require_role, teams_of
+from deployhub.teams.models import Event, Role
+
+
+def device_json(device, changes=False):
+    body = {
+        "id": device.pk,
+        "name": device.name,
+        "device_class": device.device_class.slug,
+        "state": device.state,
+        "draining": device.draining,
+        "last_heartbeat_at": device.last_heartbeat_at.isoformat()
+        if device.last_heartbeat_at
+        else None,
+        "fingerprint": device.fingerprint,
+    }
+    if changes:
+        body["changes"] = [
+            {"at": c.changed_at.isoformat(), "summary": c.summary}
+            for c in device.fingerprint_changes.all()[:50]
+        ]
+    return body
+
+
+def engine_json(engine):
+    return {
+        "id": engine.pk,
+        "model_version": engine.model_version_id,
+        "device_class": engine.device_class.slug,
+        "backend": engine.backend,
+        "build_config": engine.build_config,
+        "compat_key": engine.compat_key,
+        "compat_fields": engine.compat_fields,
+        "sha256": engine.sha256,
+        "size": engine.size,
+        "status": engine.status,
+        "status_reason": engine.status_reason,
+        "tool_versions": engine.tool_versions,
+        "build_seconds": engine.build_seconds,
+        "built_on": engine.built_on.name if engine.built_on else None,
+        "created_at": engine.created_at.isoformat(),
+    }
+
+
+def _compile_answer(engine, job):
+    if engine is not None:
+        return JsonResponse({"reused": True, "engine": engine_json(engine)})
+    return JsonResponse({"reused": False, "job": {"id": job.pk, "state": job.state}}, status=202)
+
+
+def _json_body(request):
+    try:
+        body = json.loads(request.body or b"{}")
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadInput("The body must be a JSON object.")
+    return body
+
+
+@require_http_methods(["GET"])
+@token_required
+def device_detail(request, pk):
+    device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
+    return JsonResponse(device_json(device, changes=True))
+
+
+@require_http_methods(["POST"])
+@token_required
+def device_drain(request, pk):
+    """Body {"draining": true|false}: stop or resume giving the device new jobs."""
+    device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
+    require_role(request.user, device.team, Role.ADMIN)
+    device.draining = bool(_json_body(request).get("draining", True))
+    device.save(update_fields=["draining"])
+    Event.record(
+        device.team,
+        request.user,
+        "device.drained" if device.draining else "device.undrained",
+        device,
+    )
+    return JsonResponse(device_json(device))
+
+
+@require_http_methods(["GET", "POST"])
+@token_required
+def version_engines(request, pk):
+    """GET: the version's engines. POST {"device_class", "backend", "build_config"}: compile."""
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    if request.method == "GET":
+        return JsonResponse(
+            {"engines": [engine_json(e) for e in Engine.objects.for_version(version)]}
+        )
+    require_role(request.user, version.team, Role.ENGINEER)
+    body = _json_body(request)
+    device_class = get_object_or_404(version.team.device_classes, slug=body.get("device_class"))
+    try:
+        return _compile_answer(
+            *request_compile(
+                version,
+                device_class,
+                body.get("backend", "onnxruntime"),
+                body.get("build_config") or {},
+                request.user,
+            )
+        )
+    except UnknownBackend as exc:
+        raise BadInput(str(exc)) from exc
+
+
+@require_http_methods(["GET"])
+@token_required
+def engine_detail(request, pk):
+    engine = get_object_or_404(Engine, pk=pk, device_class__team__in=teams_of(request.user))
+    body = engine_json(engine)
+    body["devices"] = [
+        {"device": device.name, "runs": runs, "reason": reason}
+        for device in engine.device_class.devices.all()
+        for runs, reason, _ in [compatibility(engine, device.fingerprint)]
+    ]
+    return JsonResponse(body)
+
+
+@require_http_methods(["POST"])
+@token_required
+def engine_rebuild(request, pk):
+    engine = get_object_or_404(Engine, pk=pk, device_class__team__in=teams_of(request.user))
+    require_role(request.user, engine.team, Role.ENGINEER)
+    return _compile_answer(*rebuild(engine, request.user))
