@@ -41,6 +41,7 @@ def job_status_dict(job):
     return {
         "id": job.pk,
         "kind": JobKind.label(job.kind),
+        "kind_value": job.kind,
         "state": job.state,
         "state_label": JobState.label(job.state),
         "state_color": job.state_color,

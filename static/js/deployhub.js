@@ -35,7 +35,10 @@
         updateRow(row, status);
         if (status.final) {
           row.removeAttribute("data-live");
-          if (status.state === "succeeded") await refreshResults();
+          if (status.state !== "succeeded") return;
+          // A compile or an export adds an engine or a version: show it.
+          if (status.kind_value === "compile" || status.kind_value === "export") location.reload();
+          else await refreshResults();
           return;
         }
       } catch (err) { console.warn(err); }
