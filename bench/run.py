@@ -423,7 +423,7 @@ def main():
     django.setup()
     call_command("migrate", verbosity=0)
     chosen = [b for b in BENCHES if not sys.argv[1:] or b.__name__ in sys.argv[1:]]
-    rows = [r for bench in chosen for r in bench()]
+    rows = [{**r, "bench": bench.__name__} for bench in chosen for r in bench()]
     print_rows(rows)
     write_results(rows)
 
@@ -439,13 +439,21 @@ def print_rows(rows):
 
 
 def write_results(rows):
+    """Write the rows; rows of benches not run this time are kept from the last run."""
+    ran = {r["bench"] for r in rows}
+    kept = []
+    if RESULTS.exists():
+        kept = [
+            r for r in json.loads(RESULTS.read_text()).get("rows", []) if r.get("bench") not in ran
+        ]
     machine = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
     }
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    RESULTS.write_text(json.dumps({"when": when, "machine": machine, "rows": rows}, indent=2))
+    document = {"when": when, "machine": machine, "rows": kept + rows}
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":
