@@ -445,9 +445,8 @@ def write_results(rows):
     ran = {r["bench"] for r in rows}
     kept = []
     if RESULTS.exists():
-        kept = [
-            r for r in json.loads(RESULTS.read_text()).get("rows", []) if r.get("bench") not in ran
-        ]
+        before = json.loads(RESULTS.read_text()).get("rows", [])
+        kept = [r for r in before if r.get("bench") and r["bench"] not in ran]
     machine = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
