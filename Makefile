@@ -14,7 +14,7 @@ $(VENV)/.installed-%: pyproject.toml
 	touch $@
 
 EXTRAS_run := web,worker
-EXTRAS_test := web,worker,torch,dev
+EXTRAS_test := web,worker,torch,openvino,dev
 
 run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
