@@ -276,3 +276,44 @@ def test_an_admin_drains_a_device_through_the_api(client, alice, bob, device_a):
     assert response.json()["draining"] is True and response.json()["state"] == "draining"
     detail = client.get(f"/api/v1/devices/{device.pk}", **token_for(alice)).json()
     assert detail["fingerprint"]["onnxruntime"]["version"] == "1.32.0"
+
+
+def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
+    client, version, device_class, alice, device_a
+):
+    from deployhub.benchmarks.models import BenchmarkRun
+    from tests.test_protocol import RESULT
+
+    device, token = device_a
+    build(client, compile_(version, device_class, alice)[1], token)
+    engine = Engine.objects.get()
+    int8 = Engine.objects.create(
+        model_version=version,
+        device_class=device_class,
+        backend="onnxruntime",
+        build_config={**CONFIG, "precision": "int8"},
+        config_digest="int8",
+        compat_key="k",
+        file=engine.file.name,
+        sha256=engine.sha256,
+        size=engine.size,
+        signature="",
+    )
+
+    def run(engine, p50):
+        job = Job.objects.create(
+            team=version.team,
+            kind="benchmark",
+            device_class=device_class,
+            model_version=version,
+            engine=engine,
+            state="succeeded",
+        )
+        latency = {**RESULT["latency_ms"], "p50": p50}
+        return BenchmarkRun.record(job, {**RESULT, "latency_ms": latency})
+
+    run(engine, 18.0)
+    run(int8, 24.0)
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(version.get_absolute_url()).content.decode()
+    assert "INT8 slower than FP32 (24.000 vs 18.000 ms)" in page

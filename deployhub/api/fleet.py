@@ -8,7 +8,7 @@ from django.views.decorators.http import require_http_methods
 
 from deployhub.api.registry import BadInput, token_required
 from deployhub.devices.models import Device
-from deployhub.engines.actions import UnknownBackend, compatibility, rebuild, request_compile
+from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.models import Engine
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
@@ -117,7 +117,7 @@ def version_engines(request, pk):
                 request.user,
             )
         )
-    except UnknownBackend as exc:
+    except BuildRefused as exc:
         raise BadInput(str(exc)) from exc
 
 

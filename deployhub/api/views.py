@@ -12,7 +12,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.devices.models import Device
 from deployhub.engines import signing
-from deployhub.engines.actions import compatibility, record_fingerprint, timing_cache_for
+from deployhub.engines.actions import (
+    calibration_of,
+    compatibility,
+    record_fingerprint,
+    timing_cache_for,
+)
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions
 from deployhub.jobs.artifacts import store_artifact
@@ -127,6 +132,10 @@ def _inputs(job, device=None):
         inputs["model"] = _file_input(
             job, "model", version.sha256, version.size, _input_filename(version)
         )
+    if dataset := calibration_of(job):
+        inputs["calibration"] = _file_input(
+            job, "calibration", dataset.sha256, dataset.size, "calibration.npz"
+        )
     if device is not None and (cache := timing_cache_for(job, device)):
         inputs["timing_cache"] = _file_input(
             job, "timing_cache", cache.sha256, cache.size, "timing.cache"
@@ -229,6 +238,8 @@ def job_input(request, device, job_id, name):
     if name == "model" and job.model_version is not None:
         version = job.model_version
         return _attachment(version.file.name, _input_filename(version))
+    if name == "calibration" and (dataset := calibration_of(job)):
+        return _attachment(dataset.file.name, "calibration.npz")
     if name == "timing_cache" and (cache := timing_cache_for(job, device)):
         return _attachment(cache.file.name, "timing.cache")
     return error(404, f"This job has no input named {name!r}.")

@@ -15,7 +15,29 @@ class BudgetVerdict(ChoiceSet):
 
 class BenchmarkRunQuerySet(models.QuerySet):
     def for_version(self, version):
-        return self.filter(model_version=version).select_related("device", "device_class", "job")
+        runs = self.filter(model_version=version).select_related(
+            "device", "device_class", "job", "engine"
+        )
+        return flag_int8_slowdowns(list(runs))
+
+
+def precision_of(run):
+    """Return the precision a run measured: its engine's, else the source model's fp32."""
+    return (run.engine.build_config.get("precision") if run.engine else None) or "fp32"
+
+
+def flag_int8_slowdowns(runs):
+    """Mark INT8 runs slower than an FP32 run of the same class and batch (int8_slower_than)."""
+    fastest_fp32 = {}
+    for run in runs:
+        if precision_of(run) in ("fp32", "f32"):
+            key = (run.device_class_id, run.batch_size)
+            fastest_fp32[key] = min(fastest_fp32.get(key, run.latency_p50_ms), run.latency_p50_ms)
+    for run in runs:
+        reference = fastest_fp32.get((run.device_class_id, run.batch_size))
+        slower = precision_of(run) == "int8" and reference and run.latency_p50_ms > reference
+        run.int8_slower_than = reference if slower else None
+    return runs
 
 
 class BenchmarkRun(models.Model):

@@ -19,8 +19,12 @@ from workers.backends.registry import BACKENDS
 from workers.errors import JobError
 
 
-class UnknownBackend(ValueError):
-    """No backend of that name exists, or it cannot build this config."""
+class BuildRefused(ValueError):
+    """The build cannot be asked for as it stands; the message says why and what to do."""
+
+
+class UnknownBackend(BuildRefused):
+    """No backend of that name exists."""
 
 
 def key_for(backend, build_config, fingerprint):
@@ -64,20 +68,48 @@ def existing_engine(version, device_class, backend, build_config):
     ).first()
 
 
+def calibration_for(version, build_config):
+    """Return the calibration dataset an INT8 build uses: the model's newest, if any."""
+    if build_config.get("precision") != "int8":
+        return None
+    return version.model.datasets.filter(kind="calibration").order_by("-created_at").first()
+
+
+def needs_calibration(backend, build_config):
+    if build_config.get("precision") != "int8":
+        return False
+    return not (backend == "tensorrt" and build_config.get("int8_mode") == "qdq")
+
+
+def with_contract(version, backend, build_config):
+    """TensorRT builds optimisation profiles from the contract, so it is part of the build."""
+    if backend == "tensorrt" and "contract" not in build_config and version.contract:
+        return {**build_config, "contract": version.contract}
+    return build_config
+
+
 def request_compile(version, device_class, backend, build_config, user):
     """Return (engine, None) when the store has it already, else (None, the queued compile job)."""
     from deployhub.jobs.actions import submit_job
 
     if backend not in BACKENDS:
         raise UnknownBackend(f"There is no backend named {backend!r}.")
+    build_config = with_contract(version, backend, build_config)
     try:
         BACKENDS[backend].check_config(build_config)
     except JobError as exc:
-        raise UnknownBackend(str(exc)) from exc
+        raise BuildRefused(str(exc)) from exc
+    if needs_calibration(backend, build_config) and not calibration_for(version, build_config):
+        raise BuildRefused(
+            f"An INT8 {backend} build calibrates on data: attach a calibration dataset to "
+            f"{version.model} first (version page, Datasets)."
+        )
     if engine := existing_engine(version, device_class, backend, build_config):
         Event.record(version.team, user, "engine.reused", engine)
         return engine, None
     params = {"backend": backend, "build_config": build_config}
+    if calibration := calibration_for(version, build_config):
+        params["calibration_dataset"] = calibration.pk
     job = submit_job(
         team=version.team,
         kind="compile",
@@ -87,6 +119,18 @@ def request_compile(version, device_class, backend, build_config, user):
         params=params,
     )
     return None, job
+
+
+def calibration_of(job):
+    """Return the calibration dataset a compile job was given, if any."""
+    from deployhub.registry.models import Dataset
+
+    dataset_id = job.params.get("calibration_dataset") if job.kind == "compile" else None
+    return (
+        Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
+        if (dataset_id)
+        else None
+    )
 
 
 def timing_cache_for(job, device):
@@ -178,8 +222,15 @@ def mark_stale(device, before, after):
             stale.append(engine)
     if stale and device.device_class.auto_rebuild:
         for engine in stale:
-            rebuild(engine, None)
+            _auto_rebuild(engine)
     return stale
+
+
+def _auto_rebuild(engine):
+    try:
+        rebuild(engine, None)
+    except BuildRefused as exc:
+        Event.record(engine.team, None, "engine.rebuild_refused", engine, reason=str(exc))
 
 
 def rebuild(engine, user):

@@ -44,6 +44,9 @@ class Engine(models.Model):
     tool_versions = models.JSONField(default=dict)
     build_seconds = models.FloatField(null=True)
     build_log = models.TextField(blank=True)
+    graph_report = models.JSONField(
+        default=dict, blank=True, help_text="Nodes and operators before and after the build."
+    )
     built_on = models.ForeignKey(
         "devices.Device", null=True, on_delete=models.SET_NULL, related_name="engines_built"
     )

@@ -5,7 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.engines.actions import UnknownBackend, compatibility_matrix, rebuild, request_compile
+from deployhub.engines.actions import BuildRefused, compatibility_matrix, rebuild, request_compile
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import Engine
 from deployhub.jobs.actions import submit_job
@@ -41,7 +41,7 @@ def version_compile(request, pk):
         engine, job = request_compile(
             version, data["device_class"], data["backend"], data["build_config"], request.user
         )
-    except UnknownBackend as exc:
+    except BuildRefused as exc:
         messages.error(request, str(exc))
         return redirect(version)
     _report(request, engine, job)
@@ -62,7 +62,10 @@ def engine_detail(request, pk):
 def engine_rebuild(request, pk):
     engine = _get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
-    _report(request, *rebuild(engine, request.user))
+    try:
+        _report(request, *rebuild(engine, request.user))
+    except BuildRefused as exc:
+        messages.error(request, str(exc))
     return redirect(f"{engine.model_version.get_absolute_url()}#engines")
 
 

@@ -8,6 +8,15 @@ from django.utils import timezone
 from deployhub.choices import ChoiceSet
 
 LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
+# How a worker classifies a failed build or first load (workers/backends/isolate.py).
+FAILURE_CATEGORIES = {
+    "unsupported_operator": "Unsupported operator",
+    "shape_or_contract": "Shape or contract error",
+    "out_of_memory": "Out of memory",
+    "timeout": "Timed out",
+    "runtime_missing": "Runtime missing",
+    "internal": "Internal error",
+}
 
 
 class JobState(ChoiceSet):
@@ -113,6 +122,16 @@ class Job(models.Model):
     @property
     def state_color(self):
         return JobState.color(self.state)
+
+    @property
+    def failure_category(self):
+        """Return the compile failure category a worker put first in the error, if any."""
+        head = self.error.split(":", 1)[0].strip() if self.state == JobState.FAILED else ""
+        return head if head in FAILURE_CATEGORIES else None
+
+    @property
+    def failure_label(self):
+        return FAILURE_CATEGORIES.get(self.failure_category)
 
     @property
     def is_final(self):

@@ -11,6 +11,7 @@ from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import Engine
+from deployhub.engines.preflight import preflight_grid
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import contract_warnings
@@ -172,6 +173,9 @@ def _version_context(version, **forms):
         "engines": Engine.objects.for_version(version),
         "matrices": _matrices(version),
         "compile_form": CompileForm(team=version.team),
+        "preflight": [
+            (dc, preflight_grid(version, dc)) for dc in version.team.device_classes.all()
+        ],
     }
 
 

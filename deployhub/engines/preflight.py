@@ -1,0 +1,146 @@
+"""Before any build: what will fail or be slow, per backend, on a device class's toolchain.
+
+Pure checks on what the hub already knows: the version's opset, operators and
+contract, and the fingerprints of the class's devices. Answers in milliseconds.
+"""
+
+from dataclasses import dataclass, field
+
+from workers.backends.base import cpu_isa
+
+# The newest default-domain opset each backend's ONNX importer is known to take.
+MAX_OPSET = {"onnxruntime": 23, "openvino": 22, "tensorrt": 22}
+# Operator domains each backend runs besides the default one.
+EXTRA_DOMAINS = {"onnxruntime": ("com.microsoft",), "openvino": (), "tensorrt": ()}
+# Default-domain operators a backend does not run (or only through plugins).
+UNSUPPORTED = {
+    "tensorrt": {"Unique", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch", "StringSplit"},
+    "openvino": {"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"},
+    "onnxruntime": set(),
+}
+RUNTIME_FIELD = {
+    "onnxruntime": "onnxruntime",
+    "openvino": "openvino",
+    "tensorrt": "tensorrt",
+    "torch-aoti": "torch",
+}
+EXTRAS = {
+    "onnxruntime": "worker",
+    "openvino": "openvino",
+    "tensorrt": "tensorrt",
+    "torch-aoti": "torch",
+}
+
+
+@dataclass
+class Verdict:
+    """What one backend will do with the version: ok, slow or fail, and why."""
+
+    backend: str
+    fails: list = field(default_factory=list)
+    slow: list = field(default_factory=list)
+
+    @property
+    def verdict(self):
+        return "fail" if self.fails else "slow" if self.slow else "ok"
+
+
+def _flags(fingerprint):
+    return set(((fingerprint or {}).get("cpu") or {}).get("flags") or [])
+
+
+def _check_runtime(verdict, fingerprints):
+    field_name = RUNTIME_FIELD[verdict.backend]
+    if not fingerprints:
+        verdict.fails.append("no device of the class has reported a fingerprint yet")
+    elif not any(fp.get(field_name) for fp in fingerprints):
+        verdict.fails.append(
+            f"no device of the class has {field_name}: install deployhub[{EXTRAS[verdict.backend]}]"
+        )
+
+
+def _check_graph(verdict, version):
+    if verdict.backend == "torch-aoti":
+        if version.format != "pt2":
+            verdict.fails.append("AOTInductor builds from a torch.export program (.pt2)")
+        return
+    if version.opset and version.opset > MAX_OPSET[verdict.backend]:
+        verdict.fails.append(
+            f"opset {version.opset} is newer than {verdict.backend} takes "
+            f"(≤ {MAX_OPSET[verdict.backend]}): export with an older opset"
+        )
+    operators = (version.graph or {}).get("operators", {})
+    foreign = sorted(
+        op
+        for op in operators
+        if "." in op and op.rsplit(".", 1)[0] not in EXTRA_DOMAINS[verdict.backend]
+    )
+    unsupported = sorted(op for op in operators if op in UNSUPPORTED[verdict.backend])
+    if foreign or unsupported:
+        verdict.fails.append(f"unsupported operators: {', '.join(foreign + unsupported)}")
+
+
+def _check_shapes(verdict, version):
+    dynamic = [
+        name
+        for name, c in (version.contract.get("inputs") or {}).items()
+        if c.get("dynamic") or "min" in (c.get("batch") or {})
+    ]
+    if dynamic and verdict.backend == "torch-aoti":
+        verdict.slow.append(
+            f"dynamic shapes on {', '.join(dynamic)}: AOTInductor compiles "
+            "fixed shapes best; fix them in the contract"
+        )
+
+
+def _check_hardware(verdict, fingerprints, precision):
+    gpus = [gpu for fp in fingerprints for gpu in (fp.get("gpus") or [])]
+    if verdict.backend == "tensorrt" and not gpus:
+        verdict.fails.append("TensorRT needs an NVIDIA GPU; the class's devices report none")
+    flags = set.intersection(*(_flags(fp) for fp in fingerprints)) if fingerprints else set()
+    on_cpu = verdict.backend in ("onnxruntime", "openvino")
+    if precision == "bf16" and on_cpu and not flags & {"amx_bf16", "avx512_bf16"}:
+        verdict.fails.append("bf16 needs AMX or AVX-512 BF16; the class's CPUs have neither")
+    if precision == "int8" and on_cpu and not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        verdict.slow.append(
+            "int8 without VNNI runs slowly on these CPUs "
+            f"(ISA {cpu_isa(fingerprints[0]) if fingerprints else 'unknown'})"
+        )
+    if precision == "fp16" and verdict.backend == "onnxruntime" and not gpus:
+        verdict.fails.append("fp16 conversion is for GPU providers; on the CPU use int8")
+
+
+def preflight(version, device_class, backends, precision="fp32"):
+    """Return a Verdict per backend for building this version on the class's devices."""
+    fingerprints = [d.fingerprint for d in device_class.devices.all() if d.fingerprint]
+    verdicts = []
+    for backend in backends:
+        verdict = Verdict(backend)
+        _check_runtime(verdict, fingerprints)
+        _check_graph(verdict, version)
+        _check_shapes(verdict, version)
+        _check_hardware(verdict, fingerprints, precision)
+        verdicts.append(verdict)
+    return verdicts
+
+
+# The builds auto mode would try: (backend, precision).
+GRID = [
+    ("onnxruntime", "fp32"),
+    ("onnxruntime", "int8"),
+    ("openvino", "fp32"),
+    ("openvino", "bf16"),
+    ("openvino", "int8"),
+    ("tensorrt", "fp16"),
+    ("tensorrt", "int8"),
+    ("torch-aoti", "fp32"),
+]
+
+
+def preflight_grid(version, device_class):
+    """Return (backend, precision, Verdict) for every build of the grid on the class."""
+    rows = []
+    for backend, precision in GRID:
+        [verdict] = preflight(version, device_class, [backend], precision)
+        rows.append((backend, precision, verdict))
+    return rows
