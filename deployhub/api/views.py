@@ -15,6 +15,7 @@ from deployhub.engines import signing
 from deployhub.engines.actions import (
     calibration_of,
     compatibility,
+    evaluation_dataset_of,
     record_fingerprint,
     timing_cache_for,
 )
@@ -128,10 +129,13 @@ def _inputs(job, device=None):
     inputs = {}
     if job.engine is not None:
         inputs["engine"] = _engine_input(job.engine)
-    elif (version := job.model_version) is not None:
+    version = job.model_version
+    if version is not None and (job.engine is None or job.kind == "evaluate"):
         inputs["model"] = _file_input(
             job, "model", version.sha256, version.size, _input_filename(version)
         )
+    if dataset := evaluation_dataset_of(job):
+        inputs["dataset"] = _file_input(job, "dataset", dataset.sha256, dataset.size, "dataset.npz")
     if dataset := calibration_of(job):
         inputs["calibration"] = _file_input(
             job, "calibration", dataset.sha256, dataset.size, "calibration.npz"
@@ -238,6 +242,8 @@ def job_input(request, device, job_id, name):
     if name == "model" and job.model_version is not None:
         version = job.model_version
         return _attachment(version.file.name, _input_filename(version))
+    if name == "dataset" and (dataset := evaluation_dataset_of(job)):
+        return _attachment(dataset.file.name, "dataset.npz")
     if name == "calibration" and (dataset := calibration_of(job)):
         return _attachment(dataset.file.name, "calibration.npz")
     if name == "timing_cache" and (cache := timing_cache_for(job, device)):

@@ -128,3 +128,64 @@ class BenchmarkRun(models.Model):
     @property
     def verdict_label(self):
         return BudgetVerdict.label(self.verdict)
+
+
+class AccuracyRun(models.Model):
+    """How closely an engine reproduces its FP32 source on a dataset, and its task metric."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="accuracy")
+    engine = models.ForeignKey("engines.Engine", on_delete=models.CASCADE, related_name="accuracy")
+    dataset = models.ForeignKey(
+        "registry.Dataset", null=True, on_delete=models.SET_NULL, related_name="accuracy_runs"
+    )
+    samples = models.PositiveIntegerField()
+    reference_top1 = models.FloatField(null=True)
+    reference_top5 = models.FloatField(null=True)
+    top1 = models.FloatField(null=True)
+    top5 = models.FloatField(null=True)
+    top1_agreement = models.FloatField()
+    max_abs_error = models.FloatField()
+    mean_abs_error = models.FloatField()
+    cosine_min = models.FloatField()
+    cosine_mean = models.FloatField()
+    details = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"accuracy of {self.engine}: agreement {self.top1_agreement:.3f}"
+
+    @classmethod
+    def record(cls, job, result):
+        """Store a worker's evaluate result for `job`; raise ValueError if it is malformed."""
+        from deployhub.registry.models import Dataset
+
+        try:
+            reference, engine = result.get("reference") or {}, result.get("engine") or {}
+            return cls.objects.create(
+                job=job,
+                engine=job.engine,
+                dataset=Dataset.objects.filter(pk=job.params.get("dataset")).first(),
+                samples=int(result["samples"]),
+                reference_top1=reference.get("top1"),
+                reference_top5=reference.get("top5"),
+                top1=engine.get("top1"),
+                top5=engine.get("top5"),
+                top1_agreement=float(result["top1_agreement"]),
+                max_abs_error=float(result["max_abs_error"]),
+                mean_abs_error=float(result["mean_abs_error"]),
+                cosine_min=float(result["cosine_min"]),
+                cosine_mean=float(result["cosine_mean"]),
+                details=result,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed evaluate result: {exc!r}") from exc
+
+    @property
+    def metric_drop_points(self):
+        """Top-1 accuracy lost against the FP32 reference, in points (None without labels)."""
+        if self.top1 is None or self.reference_top1 is None:
+            return None
+        return (self.reference_top1 - self.top1) * 100

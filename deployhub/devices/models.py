@@ -50,6 +50,9 @@ class DeviceClass(models.Model):
     throughput_target_ips = models.FloatField(null=True, blank=True)
     memory_limit_mb = models.PositiveIntegerField(null=True, blank=True)
     backends = models.JSONField(default=list, blank=True)
+    accuracy_tolerance = models.FloatField(
+        default=1.0, help_text="Most top-1 points an engine may lose against the FP32 reference."
+    )
     auto_rebuild = models.BooleanField(
         default=False, help_text="Rebuild engines that a fingerprint change made stale."
     )

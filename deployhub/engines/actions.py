@@ -133,6 +133,18 @@ def calibration_of(job):
     )
 
 
+def evaluation_dataset_of(job):
+    """Return the dataset an evaluate job runs on, if any."""
+    from deployhub.registry.models import Dataset
+
+    dataset_id = job.params.get("dataset") if job.kind == "evaluate" else None
+    return (
+        Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
+        if (dataset_id)
+        else None
+    )
+
+
 def timing_cache_for(job, device):
     """Return the timing cache a compile job should start from on this device, if any."""
     if job.kind != "compile" or not device.fingerprint:

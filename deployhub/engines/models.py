@@ -1,5 +1,6 @@
 """Compiled engines, content-addressed and tied to the toolchain that built them."""
 
+from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
@@ -104,3 +105,95 @@ class TimingCache(models.Model):
 
     def __str__(self):
         return f"timing cache of {self.device_class} ({self.compat_key[:20]}…)"
+
+
+class AutoRunState(ChoiceSet):
+    RUNNING = "running"
+    DONE = "done"
+    CHOICES = ((RUNNING, "Running", "blue"), (DONE, "Done", "green"))
+
+
+class AutoRun(models.Model):
+    """Auto mode: a grid of builds of one version on one class, measured and ranked."""
+
+    model_version = models.ForeignKey(
+        "registry.ModelVersion", on_delete=models.CASCADE, related_name="auto_runs"
+    )
+    device_class = models.ForeignKey(
+        "devices.DeviceClass", on_delete=models.CASCADE, related_name="auto_runs"
+    )
+    dataset = models.ForeignKey("registry.Dataset", null=True, on_delete=models.SET_NULL)
+    state = models.CharField(
+        max_length=20, choices=AutoRunState.choices(), default=AutoRunState.RUNNING
+    )
+    recommended = models.ForeignKey(
+        "AutoBuild", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    summary = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"auto mode #{self.pk} for {self.model_version} on {self.device_class}"
+
+    def get_absolute_url(self):
+        return reverse("auto_run_detail", args=[self.pk])
+
+    @property
+    def team(self):
+        return self.device_class.team
+
+    @property
+    def state_color(self):
+        return AutoRunState.color(self.state)
+
+
+class AutoBuild(models.Model):
+    """One build of an auto run: compiled, benchmarked and evaluated, or skipped with a reason."""
+
+    auto_run = models.ForeignKey(AutoRun, on_delete=models.CASCADE, related_name="builds")
+    backend = models.CharField(max_length=40)
+    precision = models.CharField(max_length=10)
+    build_config = models.JSONField(default=dict)
+    skipped = models.TextField(blank=True, help_text="Why this build was not tried.")
+    error = models.TextField(blank=True)
+    compile_job = models.ForeignKey(
+        "jobs.Job", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    engine = models.ForeignKey(Engine, null=True, on_delete=models.SET_NULL, related_name="+")
+    benchmark_job = models.ForeignKey(
+        "jobs.Job", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    evaluate_job = models.ForeignKey(
+        "jobs.Job", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    finished = models.BooleanField(default=False)
+    pareto = models.BooleanField(default=False)
+    meets_budget = models.BooleanField(null=True)
+    within_tolerance = models.BooleanField(null=True)
+
+    class Meta:
+        ordering = ["auto_run", "id"]
+
+    def __str__(self):
+        return f"{self.backend} {self.precision}"
+
+    @property
+    def benchmark(self):
+        job = self.benchmark_job
+        return getattr(job, "benchmark", None) if job else None
+
+    @property
+    def accuracy(self):
+        job = self.evaluate_job
+        return getattr(job, "accuracy", None) if job else None

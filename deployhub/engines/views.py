@@ -7,7 +7,8 @@ from django.views.decorators.http import require_POST
 
 from deployhub.engines.actions import BuildRefused, compatibility_matrix, rebuild, request_compile
 from deployhub.engines.forms import CompileForm
-from deployhub.engines.models import Engine
+from deployhub.engines import auto
+from deployhub.engines.models import AutoRun, Engine
 from deployhub.jobs.actions import submit_job
 from deployhub.registry.views import _get_version_for_user
 from deployhub.teams.access import require_role, teams_of
@@ -85,3 +86,31 @@ def engine_benchmark(request, pk):
     )
     messages.success(request, f"Benchmark of {engine} queued as job #{job.pk}.")
     return redirect(f"{engine.model_version.get_absolute_url()}#job-{job.pk}")
+
+
+@login_required
+@require_POST
+def version_auto(request, pk):
+    """Start auto mode for a version on a device class."""
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    device_class = get_object_or_404(
+        version.team.device_classes, pk=request.POST.get("device_class")
+    )
+    try:
+        run = auto.start(version, device_class, request.user)
+    except auto.AutoRefused as exc:
+        messages.error(request, str(exc))
+        return redirect(f"{version.get_absolute_url()}#engines")
+    return redirect(run)
+
+
+@login_required
+def auto_run_detail(request, pk):
+    run = get_object_or_404(
+        AutoRun.objects.select_related("model_version__model", "device_class", "dataset"),
+        pk=pk,
+        device_class__team__in=teams_of(request.user),
+    )
+    builds = run.builds.select_related("engine", "compile_job", "benchmark_job", "evaluate_job")
+    return render(request, "engines/auto_run.html", {"run": run, "builds": builds})

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
 from deployhub.engines.actions import record_engine
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 RESULT_HANDLERS = {
     JobKind.BENCHMARK: BenchmarkRun.record,
+    JobKind.EVALUATE: AccuracyRun.record,
     JobKind.EXPORT: record_export,
     JobKind.COMPILE: record_engine,
 }
@@ -159,6 +160,8 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
             state, error = _store_result(job, result or {})
         _finish(job, state, error=error)
         Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
+        if job.params.get("auto_build"):
+            transaction.on_commit(lambda: advance_for_job(job))
     return job
 
 
@@ -166,9 +169,11 @@ def _store_result(job, result):
     """Store the result of a succeeded attempt; a rejected result fails the job instead."""
     try:
         with transaction.atomic():
-            RESULT_HANDLERS[job.kind](job, result)
+            stored = RESULT_HANDLERS[job.kind](job, result)
     except ResultRejected as exc:
         return JobState.FAILED, str(exc)
+    if job.kind == JobKind.COMPILE:
+        job.engine = stored  # the engine this compile built, or the identical one stored before
     return JobState.SUCCEEDED, ""
 
 
@@ -199,6 +204,12 @@ def cancel_job(job_id, user):
             job.save()
         Event.record(job.team, user, "job.cancel", job)
     return job
+
+
+def advance_for_job(job):
+    from deployhub.engines.auto import advance_for_job as advance
+
+    advance(job)
 
 
 def _reap(job, now):

@@ -7,5 +7,9 @@ from deployhub.jobs.actions import reap_expired_jobs
 
 @shared_task(name="deployhub.jobs.reap", ignore_result=True)
 def reap():
-    """Re-queue or fail jobs whose lease expired."""
-    return len(reap_expired_jobs())
+    """Re-queue or fail jobs whose lease expired; move auto runs on whatever happened."""
+    from deployhub.engines.auto import advance_running
+
+    reaped = len(reap_expired_jobs())
+    advance_running()
+    return reaped

@@ -173,6 +173,7 @@ def _version_context(version, **forms):
         "engines": Engine.objects.for_version(version),
         "matrices": _matrices(version),
         "compile_form": CompileForm(team=version.team),
+        "auto_runs": version.auto_runs.select_related("device_class")[:5],
         "preflight": [
             (dc, preflight_grid(version, dc)) for dc in version.team.device_classes.all()
         ],

@@ -1,0 +1,204 @@
+"""Auto mode: build a small grid over the class's backends, measure each, recommend one.
+
+Each build is compiled (or taken from the store), benchmarked and evaluated
+against the FP32 source on the version's dataset. The recommendation is the
+fastest build within the class's accuracy tolerance and frame budget; the
+Pareto-optimal builds (no other build both faster and more accurate) are marked.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from deployhub.engines.actions import BuildRefused, request_compile
+from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
+from deployhub.engines.preflight import GRID, preflight
+from deployhub.jobs.models import JobState
+
+BUILD_CONFIGS = {
+    ("onnxruntime", "fp32"): {"optimization_level": "all", "provider": "CPUExecutionProvider"},
+    ("onnxruntime", "int8"): {
+        "optimization_level": "all",
+        "provider": "CPUExecutionProvider",
+        "precision": "int8",
+    },
+    ("openvino", "fp32"): {"device": "CPU", "precision": "f32"},
+    ("openvino", "bf16"): {"device": "CPU", "precision": "bf16"},
+    ("openvino", "int8"): {"device": "CPU", "precision": "int8"},
+    ("tensorrt", "fp16"): {"precision": "fp16"},
+    ("tensorrt", "int8"): {"precision": "int8"},
+    ("torch-aoti", "fp32"): {},
+}
+# Without labels, a build is within tolerance when its top-1 agrees this often with FP32.
+MIN_AGREEMENT = 0.99
+BENCHMARK_PARAMS = {"batch_size": 1, "warmup_iterations": 20, "iterations": 300}
+
+
+class AutoRefused(ValueError):
+    """Auto mode cannot start; the message says what is missing."""
+
+
+def evaluation_dataset(version):
+    """Return the dataset builds are evaluated on: a validation set, else calibration data."""
+    datasets = version.model.datasets.order_by("-created_at")
+    return datasets.filter(kind="validation").first() or datasets.filter(kind="calibration").first()
+
+
+def start(version, device_class, user):
+    """Create an auto run and ask for every build of the grid the preflight does not rule out."""
+    if not version.is_onnx:
+        raise AutoRefused("Auto mode builds from an ONNX version: use this .pt2's ONNX child.")
+    dataset = evaluation_dataset(version)
+    if dataset is None:
+        raise AutoRefused(
+            "Auto mode evaluates every build: attach a validation (or "
+            "calibration) dataset to the model first."
+        )
+    with transaction.atomic():
+        run = AutoRun.objects.create(
+            model_version=version, device_class=device_class, dataset=dataset, created_by=user
+        )
+        for backend, precision in GRID:
+            _add_build(run, backend, precision, user)
+        advance(run)
+    return run
+
+
+def _add_build(run, backend, precision, user):
+    config = BUILD_CONFIGS[(backend, precision)]
+    build = AutoBuild(auto_run=run, backend=backend, precision=precision, build_config=config)
+    [verdict] = preflight(run.model_version, run.device_class, [backend], precision)
+    if verdict.fails:
+        build.skipped, build.finished = "; ".join(verdict.fails), True
+        build.save()
+        return
+    try:
+        engine, job = request_compile(run.model_version, run.device_class, backend, config, user)
+    except BuildRefused as exc:
+        build.skipped, build.finished = str(exc), True
+        build.save()
+        return
+    build.engine, build.compile_job = engine, job
+    build.save()
+    if job is not None:
+        job.params = {**job.params, "auto_build": build.pk}
+        job.save(update_fields=["params"])
+
+
+def _measure(build, user):
+    """Queue the benchmark and the evaluation of a build's engine."""
+    from deployhub.jobs.actions import submit_job
+
+    run, engine = build.auto_run, build.engine
+    common = {
+        "team": run.team,
+        "device_class": run.device_class,
+        "user": user,
+        "model_version": run.model_version,
+        "engine": engine,
+    }
+    build.benchmark_job = submit_job(
+        kind="benchmark", **common, params={**BENCHMARK_PARAMS, "auto_build": build.pk}
+    )
+    build.evaluate_job = submit_job(
+        kind="evaluate",
+        **common,
+        params={"dataset": run.dataset_id, "max_samples": 1000, "auto_build": build.pk},
+    )
+
+
+def _step(build):
+    """Move one build on; return True when it has nothing left to wait for."""
+    compile_job = build.compile_job
+    if build.engine is None and compile_job is not None and compile_job.is_final:
+        if compile_job.state != JobState.SUCCEEDED or compile_job.engine is None:
+            build.error = compile_job.error or f"the compile {compile_job.state}"
+            return True
+        build.engine = compile_job.engine
+    if build.engine is not None and build.benchmark_job is None:
+        _measure(build, build.auto_run.created_by)
+    measured = [build.benchmark_job, build.evaluate_job]
+    if all(job is not None and job.is_final for job in measured):
+        failed = [job for job in measured if job.state != JobState.SUCCEEDED]
+        build.error = "; ".join(f"{job.kind}: {job.error or job.state}" for job in failed)
+        return True
+    return False
+
+
+def advance(run):
+    """Move every unfinished build on, and rank the builds once none is left waiting."""
+    with transaction.atomic():
+        run = AutoRun.objects.select_for_update().get(pk=run.pk)
+        if run.state != AutoRunState.RUNNING:
+            return run
+        for build in run.builds.filter(finished=False).select_related(
+            "compile_job", "benchmark_job", "evaluate_job"
+        ):
+            build.finished = _step(build)
+            build.save()
+        if not run.builds.filter(finished=False).exists():
+            rank(run)
+    return run
+
+
+def advance_for_job(job):
+    """Advance the auto run a finished job belongs to, if any."""
+    build = AutoBuild.objects.filter(pk=job.params.get("auto_build")).first()
+    if build is not None:
+        advance(build.auto_run)
+
+
+def _accuracy_ok(accuracy, tolerance):
+    drop = accuracy.metric_drop_points
+    if drop is not None:
+        return drop <= tolerance
+    return accuracy.top1_agreement >= MIN_AGREEMENT
+
+
+def _score(build):
+    accuracy = build.accuracy
+    return accuracy.top1 if accuracy.top1 is not None else accuracy.top1_agreement
+
+
+def rank(run):
+    """Mark the Pareto-optimal builds and the recommended one; finish the run."""
+    measured = [b for b in run.builds.all() if not b.error and b.benchmark and b.accuracy]
+    budget, tolerance = run.device_class.frame_budget_ms, run.device_class.accuracy_tolerance
+    for build in measured:
+        build.meets_budget = build.benchmark.latency_p99_ms <= budget
+        build.within_tolerance = _accuracy_ok(build.accuracy, tolerance)
+        build.pareto = not any(
+            other.benchmark.latency_p50_ms <= build.benchmark.latency_p50_ms
+            and _score(other) >= _score(build)
+            and (other.benchmark.latency_p50_ms, _score(other))
+            != (build.benchmark.latency_p50_ms, _score(build))
+            for other in measured
+        )
+        build.save()
+    run.recommended = _recommend(measured)
+    run.summary = _summary(run, measured)
+    run.state, run.finished_at = AutoRunState.DONE, timezone.now()
+    run.save()
+
+
+def _recommend(measured):
+    eligible = [b for b in measured if b.within_tolerance and b.meets_budget]
+    eligible = eligible or [b for b in measured if b.within_tolerance]
+    return min(eligible, key=lambda b: b.benchmark.latency_p50_ms, default=None)
+
+
+def _summary(run, measured):
+    if run.recommended is None:
+        return "No build stayed within the accuracy tolerance." if measured else "No build ran."
+    best = run.recommended
+    text = (
+        f"Recommended: {best.backend} {best.precision}, p50 {best.benchmark.latency_p50_ms:.3f} ms"
+    )
+    if not best.meets_budget:
+        text += f"; no build meets the {run.device_class.frame_budget_ms} ms budget at p99"
+    return text
+
+
+def advance_running():
+    """Advance every running auto run (the reaper calls this: nothing waits forever)."""
+    for run in AutoRun.objects.filter(state=AutoRunState.RUNNING):
+        advance(run)
