@@ -5,9 +5,9 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.engines import auto
 from deployhub.engines.actions import BuildRefused, compatibility_matrix, rebuild, request_compile
 from deployhub.engines.forms import CompileForm
-from deployhub.engines import auto
 from deployhub.engines.models import AutoRun, Engine
 from deployhub.jobs.actions import submit_job
 from deployhub.registry.views import _get_version_for_user
