@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 AVX2 = ["sse4_2", "avx", "avx2", "fma"]
 AVX512 = AVX2 + ["avx512f", "avx512bw", "avx512_vnni"]
+AVX512_NO_VNNI = AVX2 + ["avx512f", "avx512bw"]  # Skylake-SP: AVX-512 without int8 dot products
 AVX512_AMX = AVX512 + ["avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"]
 
 
@@ -80,7 +81,10 @@ AMPERE_PLUS = {"hardware_compatibility": "ampere_plus"}
 SAME_CC = {"hardware_compatibility": "same_compute_capability"}
 ORT_ALL = {"optimization_level": "all"}
 ORT_CUDA = {"provider": "CUDAExecutionProvider", "optimization_level": "all"}
-OV_BF16_BLOB = {"device": "CPU", "export_blob": True, "inference_precision_hint": "bf16"}
+ORT_INT8 = {"precision": "int8", "optimization_level": "all"}
+OV_BF16_BLOB = {"device": "CPU", "export_blob": True, "precision": "bf16"}
+OV_BF16_IR = {"precision": "bf16", "export_blob": False}
+OV_FULL_BUILD = "2026.4.1-22982-e213a147257-releases/2026/4"
 
 CASES = [
     # TensorRT
@@ -113,6 +117,10 @@ CASES = [
          True),
     Case("trt not installed on b", "tensorrt", device(), {}, device(tensorrt=None), {},
          False, ["tensorrt"]),
+    Case("trt precision is in the config digest, not the key", "tensorrt", device(),
+         {"precision": "fp16"}, device(), {"precision": "int8", "int8_mode": "qdq"}, True),
+    Case("trt hardware_compatibility none is the default", "tensorrt", device(), {}, device(),
+         {"hardware_compatibility": "none", "workspace_mb": 1024}, True),
     # ONNX Runtime
     Case("ort offline all avx512 vs avx2", "onnxruntime", device(flags=AVX512), ORT_ALL,
          device(flags=AVX2), ORT_ALL, False, ["cpu_isa"]),
@@ -136,18 +144,36 @@ CASES = [
          device(ort="1.31.0"), ORT_ALL, False, ["onnxruntime"]),
     Case("ort ignores gpu and driver on cpu", "onnxruntime", device(driver="550.54.15"),
          ORT_ALL, device(gpu=None, driver=None), ORT_ALL, True),
+    Case("ort int8 vnni vs no vnni", "onnxruntime", device(flags=AVX512), ORT_INT8,
+         device(flags=AVX512_NO_VNNI), ORT_INT8, False, ["cpu_vnni"]),
+    Case("ort fp32 ignores vnni", "onnxruntime", device(flags=AVX512), ORT_ALL,
+         device(flags=AVX512_NO_VNNI), ORT_ALL, True),
+    Case("ort int8 at level basic ignores vnni", "onnxruntime", device(flags=AVX512),
+         ORT_INT8 | {"optimization_level": "basic"}, device(flags=AVX512_NO_VNNI),
+         ORT_INT8 | {"optimization_level": "basic"}, True),
+    Case("ort int8 on cuda ignores vnni", "onnxruntime", device(flags=AVX512),
+         ORT_CUDA | {"precision": "int8"}, device(flags=AVX512_NO_VNNI),
+         ORT_CUDA | {"precision": "int8"}, True),
     # OpenVINO
     Case("ov bf16 blob without vs with amx", "openvino", device(flags=AVX512), OV_BF16_BLOB,
          device(flags=AVX512_AMX), OV_BF16_BLOB, False, ["bf16_hardware"]),
     Case("ov blob avx2 vs avx512", "openvino", device(flags=AVX2), OV_BF16_BLOB,
          device(flags=AVX512), OV_BF16_BLOB, False, ["cpu_isa"]),
-    Case("ov ir travels across cpus", "openvino", device(flags=AVX512),
-         {"inference_precision_hint": "bf16"}, device(flags=AVX512_AMX),
-         {"inference_precision_hint": "bf16"}, True),
+    Case("ov ir travels across cpus", "openvino", device(flags=AVX512), OV_BF16_IR,
+         device(flags=AVX512_AMX), OV_BF16_IR, True),
+    Case("ov default config exports a blob", "openvino", device(flags=AVX512), {},
+         device(flags=AVX2), {}, False, ["cpu_isa"]),
+    Case("ov int8 ir travels across cpus", "openvino", device(flags=AVX512),
+         {"precision": "int8", "export_blob": False}, device(flags=AVX2),
+         {"precision": "int8", "export_blob": False}, True),
     Case("ov cpu vs gpu plugin", "openvino", device(), {"device": "CPU"}, device(),
-         {"device": "GPU"}, False, ["device"]),
+         {"device": "GPU"}, False, ["device", "cpu_isa", "bf16_hardware"]),
+    Case("ov gpu ir ignores the cpu", "openvino", device(flags=AVX512), {"device": "GPU"},
+         device(flags=AVX2), {"device": "GPU"}, True),
     Case("ov version change", "openvino", device(openvino="2026.4.1"), {},
          device(openvino="2026.5.0"), {}, False, ["openvino"]),
+    Case("ov package version and build string are one release", "openvino",
+         device(openvino="2026.4.1"), {}, device(openvino=OV_FULL_BUILD), {}, True),
     # AOTInductor
     Case("aoti torch change", "torch-aoti", device(torch="2.13.0+cu124"), {},
          device(torch="2.14.0+cu124"), {}, False, ["torch"]),
@@ -194,6 +220,7 @@ def test_it_reads_the_documented_fields_of_each_backend():
         "optimization_level": "all",
         "cpu_isa": "avx512",
     }
+    assert BACKENDS["onnxruntime"].compat_fields(host, ORT_INT8)["cpu_vnni"] is True
     assert BACKENDS["openvino"].compat_fields(device(flags=AVX512_AMX), OV_BF16_BLOB) == {
         "openvino": "2026.4.1",
         "device": "CPU",

@@ -479,3 +479,18 @@ def test_it_describes_an_upgrade_from_a_schema_1_fingerprint():
         "CPU ISA level unknown → avx2",
     ]
     assert fingerprint.diff(None, {}) == []
+
+
+def test_importing_openvino_does_not_change_the_fingerprint():
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("openvino") is None:
+        pytest.fail("the openvino extra is part of the test install")
+    code = (
+        "from workers import fingerprint as f; a = f.collect()['openvino']; import openvino; "
+        "b = f.collect()['openvino']; assert a == b, (a, b); print(a['version'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

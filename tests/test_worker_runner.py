@@ -10,12 +10,14 @@ import threading
 import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import onnx
 import onnxruntime
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from onnx import TensorProto, helper
 
 from workers import runner
 from workers.backends import registry
@@ -283,13 +285,13 @@ def test_it_drops_a_message_the_hub_refuses_to_claim(start_hub):
 
 
 def test_it_fails_a_job_of_a_kind_it_cannot_run(start_hub):
-    hub = start_hub(make_job("evaluate", inputs={"model": model_input(b"x")}), {"model": b"x"})
+    hub = start_hub(make_job("parity", inputs={"model": model_input(b"x")}), {"model": b"x"})
 
     state = run(hub)
 
     assert state == "failed"
     [completion] = hub.bodies("complete")
-    assert completion["error"] == "this worker cannot run jobs of kind 'evaluate'"
+    assert completion["error"] == "this worker cannot run jobs of kind 'parity'"
     assert "result" not in completion
     assert hub.bodies("inputs") == []
 
@@ -559,6 +561,94 @@ def test_it_fails_a_compile_with_a_config_the_backend_cannot_build(start_hub, ti
 
     assert run(hub) == "failed"
     assert "optimization_level 'max'" in hub.bodies("complete")[0]["error"]
+    assert hub.bodies("inputs") == []
+
+
+DEMO_ASSETS = Path(__file__).resolve().parent.parent / "deployhub" / "demo" / "assets"
+
+
+def file_input(name, data, filename):
+    return {
+        "url": f"/api/v1/jobs/12/inputs/{name}",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "filename": filename,
+    }
+
+
+def unsupported_operator_model(path):
+    """Write an ONNX model ONNX Runtime has no kernel for: Abs on bfloat16, node 'the_abs'."""
+    graph = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["y"], name="the_abs")],
+        "unsupported",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [1, 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path.read_bytes()
+
+
+def test_it_compiles_int8_with_the_calibration_input_and_reports_the_graph(start_hub):
+    model = (DEMO_ASSETS / "digits_cnn_v2.onnx").read_bytes()
+    calibration = (DEMO_ASSETS / "calibration.npz").read_bytes()
+    build_config = {"precision": "int8", "calibration_samples": 20}
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "build_config": build_config},
+        inputs={
+            "model": model_input(model),
+            "calibration": file_input("calibration", calibration, "calibration.npz"),
+        },
+    )
+    hub = start_hub(job, {"model": model, "calibration": calibration})
+
+    state = run(hub, fingerprint=REPORTED_FINGERPRINT)
+
+    assert state == "succeeded", hub.bodies("complete")[0].get("error")
+    assert len(hub.bodies("inputs")) == 2
+    [upload] = hub.artifacts
+    ops = {node.op_type for node in onnx.load_model_from_string(upload["file"]).graph.node}
+    assert "QLinearConv" in ops
+    [completion] = hub.bodies("complete")
+    result = completion["result"]
+    assert result["compat_fields"]["cpu_vnni"] is False  # the reported CPU is AVX2 only
+    assert result["graph_report"]["before"]["operators"]["BatchNormalization"] == 3
+    assert "calibration: 20 samples of image" in result["build_log"]
+    sent_log = "".join(beat.get("log") or "" for beat in hub.bodies("heartbeat"))
+    sent_log += completion["log"]
+    assert "the build gets the calibration input" in sent_log and "first load" in sent_log
+
+
+def test_it_fails_a_compile_with_the_category_and_node_first(start_hub, tmp_path):
+    model = unsupported_operator_model(tmp_path / "abs.onnx")
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "build_config": {}},
+        inputs={"model": model_input(model)},
+    )
+    hub = start_hub(job, {"model": model})
+
+    state = run(hub)
+
+    assert state == "failed"
+    [completion] = hub.bodies("complete")
+    assert completion["error"].startswith("unsupported_operator: ")
+    assert "node with name 'the_abs'" in completion["error"] and "\n" not in completion["error"]
+    assert "--- log of the child process ---" in completion["log"]
+    assert "Traceback (most recent call last)" in completion["log"]
+    assert hub.artifacts == []
+
+
+def test_it_refuses_a_compile_time_limit_that_is_not_a_positive_number(start_hub, tiny_model):
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "timeout_seconds": 0},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+
+    assert run(hub) == "failed"
+    assert "timeout_seconds" in hub.bodies("complete")[0]["error"]
     assert hub.bodies("inputs") == []
 
 

@@ -52,12 +52,23 @@ def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, p
     the benchmark raise Cancelled when it returns True. A preoptimized model
     (an onnxruntime engine) is loaded with graph optimisations off: it had them.
     """
+    return benchmark_session(
+        lambda settings: _create_session(model_path, settings, preoptimized),
+        params,
+        progress,
+        should_stop,
+    )
+
+
+def benchmark_session(make_session, params, progress=None, should_stop=None):
+    """Benchmark whatever make_session(settings) loads: anything with ONNX Runtime's
+    run(None, feeds), get_inputs() and get_providers() (another backend's engine too)."""
     settings = read_settings(params)
     report = progress or _ignore_progress
     stop = should_stop or _never
     report(0.0, "loading model")
     with PeakRss() as rss:
-        session = _create_session(model_path, settings, preoptimized)
+        session = make_session(settings)
         feeds = random_inputs(session.get_inputs(), settings.batch_size, settings.seed)
         report(0.0, "warm-up")
         warmup = _phase(report, 0.0, WARMUP_SHARE, "warm-up")

@@ -1,6 +1,7 @@
 """The `deployhub-worker` command: run a device worker, show its fingerprint, self-test."""
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import time
 
 from workers import fingerprint, selftest
 from workers.app import CONTEXT, app, configure
+from workers.backends.registry import BACKENDS, UnknownBackend
 from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
 
 logger = logging.getLogger("workers.cli")
@@ -65,9 +67,20 @@ def show_fingerprint(args):
 
 
 def run_selftest(args):
-    """Check this device's runtimes on a tiny model; exit 0 when all work."""
-    print("deployhub-worker selftest")
-    return 0 if selftest.run_checks(sys.stdout) else 1
+    """Build, load and run a tiny model with each backend; print one JSON document.
+
+    Exit 0 when every backend asked for works, 1 when one is missing or fails,
+    2 for a backend name that does not exist.
+    """
+    try:
+        backends = selftest.backends_named(args.backend)
+    except UnknownBackend as error:
+        _say(str(error))
+        return 2
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON document only
+        document = selftest.run(backends)
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+    return 0 if selftest.all_ok(document) else 1
 
 
 def _parser():
@@ -92,7 +105,15 @@ def _parser():
             metavar="FILE",
             help="JSON merged over the collected fingerprint (tests, upgrade rehearsals)",
         )
-    selftest_parser = commands.add_parser("selftest", help="check the runtimes on a tiny model")
+    selftest_parser = commands.add_parser(
+        "selftest", help="build, load and run a tiny model with each backend; print JSON"
+    )
+    selftest_parser.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME",
+        help=f"a backend to check, repeatable (default: all of {', '.join(BACKENDS)})",
+    )
     selftest_parser.set_defaults(func=run_selftest)
     return parser
 

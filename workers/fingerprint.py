@@ -280,7 +280,11 @@ def _tensorrt():
 def _openvino():
     """Return OpenVINO's version and the devices its plugins see, or None if absent."""
     version = _installed_version("openvino", ("openvino",))
-    return None if version is None else {"version": version, "devices": _openvino_devices()}
+    if version is None:
+        return None
+    # An imported openvino says "2026.4.1-22982-<hash>-releases/2026/4", its metadata "2026.4.1":
+    # report the release either way, so importing it does not look like an upgrade.
+    return {"version": version.split("-")[0], "devices": _openvino_devices()}
 
 
 @cache

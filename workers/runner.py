@@ -21,10 +21,12 @@ from workers import fingerprint as fingerprints
 from workers import signing
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
+from workers.backends.isolate import CompileFailure, compile_result_from_json, run_isolated
 from workers.backends.onnxruntime import engine_model_path, provider_of
-from workers.benchmark import benchmark_onnxruntime
+from workers.benchmark import benchmark_onnxruntime, benchmark_session
 from workers.client import Conflict, HubError
 from workers.errors import Cancelled, JobError
+from workers.evaluate import evaluate
 from workers.export import export_pt2_to_onnx
 
 __all__ = ["Cancelled", "run_job"]
@@ -42,6 +44,13 @@ EXPORT_ARTIFACT = "onnx"
 ENGINE_ARTIFACT = "engine"
 TIMING_CACHE_ARTIFACT = "timing_cache"
 ENGINE_INPUT = "engine"
+# The inputs a compile job may carry besides its model, passed on to the backend.
+TIMING_CACHE_INPUT = "timing_cache"
+CALIBRATION_INPUT = "calibration"
+# A compile and the first load of what it built each run in a child process, under this limit.
+DEFAULT_COMPILE_TIMEOUT = 1800
+COMPILE_FUNCTION = "workers.backends.isolate.compile_backend"
+SMOKE_TEST_FUNCTION = "workers.backends.isolate.smoke_test"
 CHUNK_BYTES = 1024 * 1024
 
 
@@ -200,7 +209,7 @@ class JobRun:
             return {"state": "cancelled"}
         except Exception as error:
             self.log.add(f"failed: {_one_line(error)}")
-            return {"state": "failed", "error": _one_line(error), "trace": traceback.format_exc()}
+            return {"state": "failed", "error": _one_line(error), "trace": _trace(error)}
 
     def _download_inputs(self, workdir):
         """Download every input of the job into workdir; return {name: path}."""
@@ -283,30 +292,107 @@ class JobRun:
 
 def run_benchmark(job_run, inputs):
     """Benchmark the job's model or engine input; return the protocol's benchmark result."""
-    model, params, preoptimized = _benchmark_subject(job_run, inputs)
-    result = benchmark_onnxruntime(
-        model,
-        params,
-        progress=job_run.report,
-        should_stop=job_run.should_stop,
-        preoptimized=preoptimized,
-    )
+    engine = job_run.job["inputs"].get(ENGINE_INPUT)
+    if engine is not None and engine.get("backend") != "onnxruntime":
+        result = _benchmark_loaded_engine(job_run, inputs, engine)
+    else:
+        model, params, preoptimized = _benchmark_subject(job_run, inputs)
+        result = benchmark_onnxruntime(
+            model,
+            params,
+            progress=job_run.report,
+            should_stop=job_run.should_stop,
+            preoptimized=preoptimized,
+        )
     _log_benchmark(job_run.log, result)
     result["fingerprint"] = job_run.current_fingerprint()
     return result
 
 
+class LoadedEngine:
+    """Another backend's engine, run by the benchmark harness like an ONNX Runtime session."""
+
+    def __init__(self, backend, handle, input_metas):
+        self.backend, self.handle, self.input_metas = backend, handle, input_metas
+
+    def run(self, _output_names, feeds):
+        return self.backend.infer(self.handle, feeds)
+
+    def get_inputs(self):
+        return self.input_metas
+
+    def get_providers(self):
+        return [self.backend.name]
+
+
+def load_engine(job_run, inputs, engine):
+    """Load an engine with its backend; input names and shapes come from the source model."""
+    import onnxruntime
+
+    if "model" not in inputs:
+        raise JobError(f"a {engine['backend']} engine job needs the source model as input 'model'")
+    source = onnx_model_path(inputs["model"], job_run.workdir / "source")
+    metas = onnxruntime.InferenceSession(
+        str(source), providers=["CPUExecutionProvider"]
+    ).get_inputs()
+    backend = registry.require(engine["backend"])()
+    handle = backend.load(inputs[ENGINE_INPUT], engine.get("build_config") or {})
+    job_run.log.add(f"{backend.name} engine loaded ({getattr(handle, 'source', 'engine')})")
+    return LoadedEngine(backend, handle, metas)
+
+
+def _benchmark_loaded_engine(job_run, inputs, engine):
+    params = job_run.job.get("params") or {}
+    return benchmark_session(
+        lambda settings: load_engine(job_run, inputs, engine),
+        params,
+        progress=job_run.report,
+        should_stop=job_run.should_stop,
+    )
+
+
 def check_benchmark(job_run):
-    """Refuse, before downloading, an engine this worker cannot benchmark."""
+    """Refuse, before downloading, an engine this worker cannot run."""
     engine = (job_run.job.get("inputs") or {}).get(ENGINE_INPUT)
-    if engine is None:
-        return
-    backend = registry.require(engine.get("backend"))
-    if backend.name != "onnxruntime":
-        raise JobError(
-            f"benchmarking {backend.name} engines arrives with the compile-backends issue; "
-            "this worker benchmarks onnxruntime engines only"
-        )
+    if engine is not None:
+        registry.require(engine.get("backend"))
+
+
+def run_evaluate(job_run, inputs):
+    """Compare the job's engine with its FP32 source on the job's dataset."""
+    engine = job_run.job["inputs"].get(ENGINE_INPUT)
+    if engine is None or "model" not in inputs or "dataset" not in inputs:
+        raise JobError("an evaluate job needs the inputs 'engine', 'model' and 'dataset'")
+    if engine.get("backend") == "onnxruntime":
+        import onnxruntime
+
+        path = engine_model_path(inputs[ENGINE_INPUT])
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        providers = [provider_of(engine.get("build_config"))]
+        session = onnxruntime.InferenceSession(str(path), options, providers=providers)
+        run_engine = lambda feeds: session.run(None, feeds)  # noqa: E731
+    else:
+        loaded = load_engine(job_run, inputs, engine)
+        run_engine = lambda feeds: loaded.run(None, feeds)  # noqa: E731
+    source = onnx_model_path(inputs["model"], job_run.workdir / "reference")
+    result = evaluate(
+        run_engine,
+        source,
+        inputs["dataset"],
+        job_run.job.get("params") or {},
+        progress=job_run.report,
+        should_stop=job_run.should_stop,
+    )
+    job_run.log.add(
+        f"evaluated {result['samples']} samples: top-1 agreement {result['top1_agreement']:.4f}, "
+        f"max abs error {result['max_abs_error']:.3g}, cosine min {result['cosine_min']:.5f}"
+    )
+    return {
+        **result,
+        "backend": engine.get("backend"),
+        "fingerprint": job_run.current_fingerprint(),
+    }
 
 
 def _benchmark_subject(job_run, inputs):
@@ -346,7 +432,9 @@ def run_compile(job_run, inputs):
     params = job_run.job.get("params") or {}
     backend, build_config = registry.require(params.get("backend")), _build_config(params)
     fingerprint = job_run.current_fingerprint()
-    built, seconds = _build(job_run, backend, build_config, inputs)
+    source = onnx_model_path(inputs["model"], job_run.workdir / "model")
+    built, seconds = _build(job_run, backend, build_config, source, inputs)
+    _smoke_test(job_run, backend, build_config, source, built)
     fields = backend.compat_fields(fingerprint, build_config)
     return {
         "backend": backend.name,
@@ -358,32 +446,77 @@ def run_compile(job_run, inputs):
         "tool_versions": built.tool_versions,
         "build_seconds": round(seconds, 3),
         "build_log": built.log,
+        "graph_report": built.graph_report,
         **_upload_build(job_run, built),
     }
 
 
-def _build(job_run, backend, build_config, inputs):
-    """Compile the model input in the job's folder; return (CompileResult, seconds taken)."""
-    source = onnx_model_path(inputs["model"], job_run.workdir / "model")
+def _build(job_run, backend, build_config, source, inputs):
+    """Compile the model input in a child process; return (CompileResult, seconds taken).
+
+    The compile's own time is measured in the child, without the process start.
+    """
     build_dir = job_run.workdir / "build"
     build_dir.mkdir()
-    started = time.monotonic()
-    built = backend().compile(
-        source,
-        build_config,
-        build_dir,
-        timing_cache=inputs.get("timing_cache"),
-        progress=job_run.report,
-    )
-    seconds = time.monotonic() - started
+    files = {name: inputs.get(name) for name in (TIMING_CACHE_INPUT, CALIBRATION_INPUT)}
+    if files[CALIBRATION_INPUT]:
+        job_run.log.add("the build gets the calibration input")
+    kwargs = {
+        "backend": backend.name,
+        "source": str(source),
+        "build_config": build_config,
+        "workdir": str(build_dir),
+        **{name: str(path) for name, path in files.items() if path},
+    }
+    answer = _isolated(job_run, COMPILE_FUNCTION, kwargs, progress=job_run.report)
+    built, seconds = compile_result_from_json(answer), answer["seconds"]
     job_run.log.add(f"built {built.artifact.name} with {backend.name} in {seconds:.2f} s")
     return built, seconds
+
+
+def _smoke_test(job_run, backend, build_config, source, built):
+    """Load the built artifact and run it once on zeros in a child process, or fail the job."""
+    job_run.report(0.95, "first load and inference of the built engine")
+    try:
+        kwargs = {
+            "backend": backend.name,
+            "artifact": str(built.artifact),
+            "build_config": build_config,
+            "source": str(source),
+        }
+        ran = _isolated(job_run, SMOKE_TEST_FUNCTION, kwargs)
+    except CompileFailure as failure:
+        message = f"the engine built, but its first load or inference failed: {failure.message}"
+        raise CompileFailure(
+            failure.category, message, node=failure.node, log=failure.log
+        ) from failure
+    job_run.log.add(
+        f"first load {ran['load_seconds']:.2f} s, one inference {ran['infer_seconds']:.3f} s "
+        f"on zeros {ran['inputs']}: outputs {ran['outputs']}"
+    )
+
+
+def _isolated(job_run, function, kwargs, progress=None):
+    """Run a function in a child process under the compile job's time limit; return its result."""
+    params = job_run.job.get("params") or {}
+    return run_isolated(
+        function,
+        kwargs,
+        timeout=params.get("timeout_seconds") or DEFAULT_COMPILE_TIMEOUT,
+        progress=progress,
+        should_stop=job_run.should_stop,
+    )
 
 
 def check_compile(job_run):
     """Refuse, before downloading, a backend this worker cannot run or a config it cannot build."""
     params = job_run.job.get("params") or {}
     registry.require(params.get("backend")).check_config(_build_config(params))
+    timeout = params.get("timeout_seconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise JobError("a compile job's timeout_seconds must be a positive number of seconds")
 
 
 def _build_config(params):
@@ -446,11 +579,12 @@ def run_noop(job_run, inputs):
 KINDS = {
     "benchmark": run_benchmark,
     "compile": run_compile,
+    "evaluate": run_evaluate,
     "export": run_export,
     "noop": run_noop,
 }
 # Checks a job passes before its inputs are downloaded, by kind: fn(job_run), raising JobError.
-CHECKS = {"benchmark": check_benchmark, "compile": check_compile}
+CHECKS = {"benchmark": check_benchmark, "compile": check_compile, "evaluate": check_benchmark}
 
 
 def _work_for(kind):
@@ -496,6 +630,13 @@ def _file_sha256(path):
 def _is_plain_name(name):
     """Return True for a file name without folders, safe to join to a path."""
     return bool(name) and Path(name).name == name and name not in (".", "..")
+
+
+def _trace(error):
+    """Return what the log gets for a failure: the child's log for a compile failure."""
+    if isinstance(error, CompileFailure):
+        return f"--- log of the child process ---\n{error.log}"
+    return traceback.format_exc()
 
 
 def _one_line(error):

@@ -130,7 +130,7 @@ def _inputs(job, device=None):
     if job.engine is not None:
         inputs["engine"] = _engine_input(job.engine)
     version = job.model_version
-    if version is not None and (job.engine is None or job.kind == "evaluate"):
+    if version is not None and (job.engine is None or job.kind in ("evaluate", "benchmark")):
         inputs["model"] = _file_input(
             job, "model", version.sha256, version.size, _input_filename(version)
         )

@@ -28,6 +28,7 @@ class CompileResult:
     timing_cache: Path | None = None
     log: str = ""
     tool_versions: dict = field(default_factory=dict)
+    graph_report: dict | None = None  # nodes and operators before and after, what was fused
 
 
 class Backend(abc.ABC):
@@ -60,9 +61,15 @@ class Backend(abc.ABC):
         workdir: Path,
         *,
         timing_cache: Path | None = None,
+        calibration: Path | None = None,
         progress=None,
     ) -> CompileResult:
-        """Compile the ONNX model at source into workdir; return a CompileResult."""
+        """Compile the ONNX model at source into workdir; return a CompileResult.
+
+        timing_cache is an earlier build's cache to start from; calibration an
+        `.npz` whose `inputs` (float32, N x ..., preprocessed) calibrate INT8;
+        progress, when given, is called as progress(fraction, message).
+        """
 
     @abc.abstractmethod
     def load(self, artifact: Path, build_config: dict):

@@ -6,18 +6,31 @@ external data gives `engine.zip` instead: `engine.onnx` and its weights in
 `engine.onnx.data`, written by ONNX Runtime next to it, stored uncompressed.
 Levels "extended" and "all" apply layout transformations chosen for the CPU's
 instruction set, so such a model is keyed on the CPU's ISA level.
+
+Precision "int8" quantises statically to QDQ with the version's calibration
+data, after `quant_pre_process` (shape inference and fusion: without it the
+BatchNormalization nodes stay between quantised convolutions and INT8 can be
+slower than FP32); "fp16" converts the weights for GPU providers. Either way
+the result is then optimised like an FP32 model. On the CPU, ONNX Runtime
+turns a QDQ model into integer kernels whose speed, and some of whose choices,
+follow VNNI, so an INT8 model optimised for the CPU is keyed on VNNI as well.
 """
 
+import time
 import zipfile
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from workers.backends.base import (
     Backend,
     CompileResult,
+    cpu_flags,
     cpu_isa,
     gpu_compute_capability,
     tool_version,
 )
+from workers.backends.graph_report import onnx_graph_report
 from workers.errors import JobError
 
 # Build config optimization_level -> onnxruntime.GraphOptimizationLevel member.
@@ -32,14 +45,41 @@ DEFAULT_PROVIDER = "CPUExecutionProvider"
 # Levels whose layout transformations depend on the CPU's instruction set.
 ISA_DEPENDENT_LEVELS = ("extended", "all")
 GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
-CONFIG_KEYS = ("provider", "optimization_level")
+PRECISIONS = ("fp32", "fp16", "int8")
+DEFAULT_PRECISION = "fp32"
+# The int8 settings, their defaults and allowed values (build config -> onnxruntime names).
+INT8_DEFAULTS = {
+    "quant_format": "qdq",
+    "per_channel": True,
+    "activation_type": "uint8",
+    "weight_type": "int8",
+    "calibration_method": "minmax",
+    "preprocess": True,
+    "calibration_samples": 100,
+}
+QUANT_FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}
+QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8"}
+CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+CHOICES = {
+    "quant_format": QUANT_FORMATS,
+    "activation_type": QUANT_TYPES,
+    "weight_type": QUANT_TYPES,
+    "calibration_method": CALIBRATION_METHODS,
+}
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+CONFIG_KEYS = ("provider", "optimization_level", "precision", *INT8_DEFAULTS)
 ENGINE_FILE = "engine.onnx"
 EXTERNAL_DATA_FILE = "engine.onnx.data"
 ENGINE_ARCHIVE = "engine.zip"
+FP16_ON_CPU = "fp16 conversion is for GPU providers; on the CPU use int8"
+NO_CALIBRATION = (
+    "int8 needs the version's calibration dataset: attach one (version page, Datasets) "
+    "and build again"
+)
 
 
 class OnnxRuntimeBackend(Backend):
-    """ONNX Runtime with a chosen execution provider and graph optimisation level."""
+    """ONNX Runtime with a chosen execution provider, optimisation level and precision."""
 
     name = "onnxruntime"
     runtime = "onnxruntime"
@@ -47,7 +87,7 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
-        """Return ORT's version, the provider, the level, and the CPU ISA or GPU it bakes in."""
+        """Return ORT's version, the provider, the level, and the CPU or GPU it bakes in."""
         provider, level = provider_of(build_config), level_of(build_config)
         fields = {
             "onnxruntime": tool_version(fingerprint, "onnxruntime"),
@@ -56,42 +96,59 @@ class OnnxRuntimeBackend(Backend):
         }
         if provider == DEFAULT_PROVIDER and level in ISA_DEPENDENT_LEVELS:
             fields["cpu_isa"] = cpu_isa(fingerprint)
+            if precision_of(build_config) == "int8":
+                fields["cpu_vnni"] = has_vnni(cpu_flags(fingerprint))
         if provider in GPU_PROVIDERS:
             fields["compute_capability"] = gpu_compute_capability(fingerprint)
         return fields
 
     @classmethod
     def check_config(cls, build_config):
-        """Refuse unknown keys and optimisation levels."""
-        unknown = sorted(set(build_config or {}) - set(CONFIG_KEYS))
+        """Refuse unknown keys, levels and precisions, fp16 on the CPU, bad int8 settings."""
+        config = build_config or {}
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise JobError(
                 f"onnxruntime build config has unknown keys {unknown}; known: {list(CONFIG_KEYS)}"
             )
-        if level_of(build_config) not in LEVELS:
+        if level_of(config) not in LEVELS:
             raise JobError(
-                f"onnxruntime optimization_level {level_of(build_config)!r} is not one of "
-                f"{list(LEVELS)}"
+                f"onnxruntime optimization_level {level_of(config)!r} is not one of {list(LEVELS)}"
             )
+        _check_precision(config)
 
-    def compile(self, source, build_config, workdir, *, timing_cache=None, progress=None):
-        """Save the model as ONNX Runtime optimises it for the configured provider."""
+    def compile(
+        self,
+        source,
+        build_config,
+        workdir,
+        *,
+        timing_cache=None,
+        calibration=None,
+        progress=None,
+    ):
+        """Quantise or convert as the precision asks, then optimise for the provider."""
         import onnxruntime as ort
 
         self.check_config(build_config)
         provider, level = provider_of(build_config), level_of(build_config)
         _check_provider(ort, provider)
-        report = progress or _ignore_progress
-        report(0.1, f"optimising with onnxruntime {ort.__version__} ({provider}, level {level})")
-        target = Path(workdir) / ENGINE_FILE
-        external = has_external_data(source)
-        options = _build_options(ort, level, target, external)
-        ort.InferenceSession(str(source), options, providers=[provider])
-        artifact = _archive(target, target.with_name(EXTERNAL_DATA_FILE)) if external else target
-        report(1.0, "optimised")
-        log = _build_log(ort.__version__, provider, level, source, target, artifact)
-        versions = {"onnxruntime": ort.__version__}
-        return CompileResult(artifact=artifact, log=log, tool_versions=versions)
+        build = _Build(Path(source), Path(workdir), progress or _ignore_progress)
+        build.note(
+            f"onnxruntime {ort.__version__}, {provider}, precision {precision_of(build_config)}"
+        )
+        model = _convert_precision(build, build_config, calibration)
+        target, artifact = _optimise(ort, build, model, provider, level)
+        report = onnx_graph_report(source, target)
+        build.note(f"artifact {artifact.name}: {artifact.stat().st_size} bytes")
+        build.notes += [f"graph: {line}" for line in report["fused"]]
+        build.report(1.0, "built")
+        return CompileResult(
+            artifact=artifact,
+            log=build.log(),
+            tool_versions={"onnxruntime": ort.__version__},
+            graph_report=report,
+        )
 
     def load(self, artifact, build_config):
         """Open an optimised model with its provider, optimisations off (they are done)."""
@@ -107,6 +164,30 @@ class OnnxRuntimeBackend(Backend):
         return handle.run(None, feeds)
 
 
+class _Build:
+    """The stages of one build: progress reports and timed log lines."""
+
+    def __init__(self, source, workdir, progress):
+        self.source, self.workdir, self.report = source, workdir, progress
+        self.notes = []
+
+    def note(self, line):
+        """Add a line to the build log."""
+        self.notes.append(line)
+
+    @contextmanager
+    def stage(self, fraction, message):
+        """Report a stage as it starts; log how long it took once it is done."""
+        self.report(fraction, message)
+        started = time.monotonic()
+        yield
+        self.note(f"{message}: {time.monotonic() - started:.2f} s")
+
+    def log(self):
+        """Return the build log, one line per note."""
+        return "".join(f"{line}\n" for line in self.notes)
+
+
 def provider_of(build_config):
     """Return the execution provider a build config asks for."""
     return (build_config or {}).get("provider") or DEFAULT_PROVIDER
@@ -115,6 +196,24 @@ def provider_of(build_config):
 def level_of(build_config):
     """Return the graph optimisation level a build config asks for."""
     return (build_config or {}).get("optimization_level") or DEFAULT_LEVEL
+
+
+def precision_of(build_config):
+    """Return the precision a build config asks for ("fp32", "fp16", "int8")."""
+    return (build_config or {}).get("precision") or DEFAULT_PRECISION
+
+
+def int8_setting(build_config, name):
+    """Return an int8 setting of a build config, or its default."""
+    value = (build_config or {}).get(name)
+    return INT8_DEFAULTS[name] if value is None else value
+
+
+def has_vnni(flags):
+    """Return True when the CPU flags include VNNI (int8 dot products), None when unknown."""
+    if flags is None:
+        return None
+    return any(flag in flags for flag in VNNI_FLAGS)
 
 
 def has_external_data(path):
@@ -151,6 +250,18 @@ def _check_provider(ort, provider):
         )
 
 
+def _optimise(ort, build, model, provider, level):
+    """Save the model as ONNX Runtime optimises it; return (engine.onnx, the artifact)."""
+    target = build.workdir / ENGINE_FILE
+    external = has_external_data(model)
+    options = _build_options(ort, level, target, external)
+    with build.stage(0.8, f"optimising ({provider}, level {level})"):
+        ort.InferenceSession(str(model), options, providers=[provider])
+    build.note(f"graph optimisation level {level} (GraphOptimizationLevel.{LEVELS[level]})")
+    artifact = _archive(target, target.with_name(EXTERNAL_DATA_FILE)) if external else target
+    return target, artifact
+
+
 def _build_options(ort, level, target, external):
     """Return session options that save the optimised model to target."""
     options = ort.SessionOptions()
@@ -173,22 +284,157 @@ def _archive(model, data):
     return archive
 
 
-def _build_log(version, provider, level, source, target, artifact):
-    """Return the lines that say how the engine was built."""
+def _ignore_progress(fraction, message):
+    """Accept a progress report and do nothing with it."""
+
+
+def _check_precision(config):
+    """Refuse an unknown precision, fp16 on the CPU, and int8 settings that cannot build."""
+    precision = precision_of(config)
+    if precision not in PRECISIONS:
+        raise JobError(f"onnxruntime precision {precision!r} is not one of {list(PRECISIONS)}")
+    if precision == "fp16" and provider_of(config) not in GPU_PROVIDERS:
+        raise JobError(FP16_ON_CPU)
+    int8_keys = sorted(name for name in INT8_DEFAULTS if name in config)
+    if int8_keys and precision != "int8":
+        raise JobError(f"{int8_keys} apply to precision int8 only; this build is {precision}")
+    for name, choices in CHOICES.items():
+        value = int8_setting(config, name)
+        if not isinstance(value, str) or value not in choices:
+            raise JobError(f"onnxruntime {name} {value!r} is not one of {list(choices)}")
+    for name in ("per_channel", "preprocess"):
+        if not isinstance(int8_setting(config, name), bool):
+            raise JobError(f"onnxruntime {name} must be true or false")
+    samples = int8_setting(config, "calibration_samples")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise JobError("onnxruntime calibration_samples must be a whole number of at least 1")
+
+
+def _convert_precision(build, build_config, calibration):
+    """Return the model to optimise: the source, or its int8 or fp16 conversion."""
+    precision = precision_of(build_config)
+    if precision == "int8":
+        return _quantize_int8(build, build_config, calibration)
+    if precision == "fp16":
+        return _convert_fp16(build)
+    return build.source
+
+
+def _quantize_int8(build, build_config, calibration):
+    """Quantise the source statically with the calibration data; return the QDQ model."""
+    from onnxruntime import quantization
+
+    if calibration is None:
+        raise JobError(NO_CALIBRATION)
+    folder = build.workdir / "int8"
+    folder.mkdir(exist_ok=True)
+    external = has_external_data(build.source)
+    model = build.source
+    if int8_setting(build_config, "preprocess"):
+        model = _preprocess(build, folder, external)
+    else:
+        build.note("quant_pre_process skipped (preprocess false): expect unfused nodes")
+    reader = _calibration_reader(model, calibration, build_config)
+    build.note(f"calibration: {len(reader)} samples of {reader.input_name}")
+    quantized = folder / "quantized.onnx"
+    with build.stage(0.4, f"quantising to int8 ({_describe_int8(build_config)})"):
+        quantization.quantize_static(
+            str(model),
+            str(quantized),
+            reader,
+            **_quantize_options(quantization, build_config),
+            use_external_data_format=external,
+        )
+    return quantized
+
+
+def _preprocess(build, folder, external):
+    """Run quant_pre_process (shape inference, fusion) on the source; return its output."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    output = folder / "preprocessed.onnx"
+    with build.stage(0.1, "quant_pre_process: shape inference and fusion before quantising"):
+        quant_pre_process(str(build.source), str(output), save_as_external_data=external)
+    return output
+
+
+def _quantize_options(quantization, build_config):
+    """Return quantize_static's keyword arguments for a build config."""
+    setting = partial(int8_setting, build_config)
+    return {
+        "quant_format": getattr(quantization.QuantFormat, QUANT_FORMATS[setting("quant_format")]),
+        "per_channel": setting("per_channel"),
+        "activation_type": getattr(quantization.QuantType, QUANT_TYPES[setting("activation_type")]),
+        "weight_type": getattr(quantization.QuantType, QUANT_TYPES[setting("weight_type")]),
+        "calibrate_method": getattr(
+            quantization.CalibrationMethod, CALIBRATION_METHODS[setting("calibration_method")]
+        ),
+    }
+
+
+def _describe_int8(build_config):
+    """Return the int8 settings as one phrase for the log."""
+    setting = partial(int8_setting, build_config)
+    channel = "per channel" if setting("per_channel") else "per tensor"
     return (
-        f"onnxruntime {version}, {provider}, graph optimisation level {level} "
-        f"(GraphOptimizationLevel.{LEVELS[level]})\n"
-        f"nodes: {_node_count(source)} in {source.name}, {_node_count(target)} after optimisation\n"
-        f"artifact {artifact.name}: {artifact.stat().st_size} bytes\n"
+        f"{setting('quant_format')}, {channel}, activations {setting('activation_type')}, "
+        f"weights {setting('weight_type')}, {setting('calibration_method')} calibration"
     )
 
 
-def _node_count(path):
-    """Return the number of nodes in an ONNX model's main graph."""
+class CalibrationReader:
+    """Feed calibration samples one at a time to quantize_static (its CalibrationDataReader)."""
+
+    def __init__(self, input_name, samples):
+        self.input_name, self.samples, self.index = input_name, samples, 0
+
+    def get_next(self):
+        """Return the next {input name: batch of one}, None when every sample was read."""
+        if self.index >= len(self.samples):
+            return None
+        self.index += 1
+        return {self.input_name: self.samples[self.index - 1 : self.index]}
+
+    def __len__(self):
+        return len(self.samples)
+
+
+def _calibration_reader(model, calibration, build_config):
+    """Return a CalibrationReader over the npz's inputs, for the model's one input."""
+    import numpy as np
+
+    try:
+        with np.load(calibration, allow_pickle=False) as data:
+            samples = data["inputs"]
+    except (OSError, ValueError, KeyError) as error:
+        raise JobError(f"the calibration dataset is not an .npz with 'inputs': {error}") from error
+    count = int8_setting(build_config, "calibration_samples")
+    names = _graph_input_names(model)
+    if len(names) != 1:
+        raise JobError(f"int8 calibration feeds models with one input; this one has {names}")
+    if len(samples) == 0:
+        raise JobError("the calibration dataset has no samples")
+    return CalibrationReader(names[0], np.ascontiguousarray(samples[:count], dtype=np.float32))
+
+
+def _graph_input_names(path):
+    """Return the names of a model's graph inputs that are not initializers."""
     import onnx
 
-    return len(onnx.load(str(path), load_external_data=False).graph.node)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    return [value.name for value in graph.input if value.name not in weights]
 
 
-def _ignore_progress(fraction, message):
-    """Accept a progress report and do nothing with it."""
+def _convert_fp16(build):
+    """Convert the source's float32 tensors to float16, inputs and outputs kept; return it."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    output = build.workdir / "fp16" / "model.onnx"
+    output.parent.mkdir(exist_ok=True)
+    external = has_external_data(build.source)
+    with build.stage(0.3, "converting to fp16 (inputs and outputs stay float32)"):
+        model = convert_float_to_float16(onnx.load(str(build.source)), keep_io_types=True)
+        onnx.save(model, str(output), save_as_external_data=external, location="model.onnx.data")
+    return output

@@ -1,0 +1,236 @@
+"""The ONNX Runtime backend: FP32 fusion, INT8 with calibration, FP16 for GPUs, graph reports."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from workers.backends import onnxruntime as ort_backend
+from workers.backends.graph_report import histogram, onnx_graph_report
+from workers.backends.onnxruntime import FP16_ON_CPU, OnnxRuntimeBackend
+from workers.errors import JobError
+
+ASSETS = Path(__file__).resolve().parent.parent / "deployhub" / "demo" / "assets"
+DEMO_MODEL = ASSETS / "digits_cnn_v2.onnx"  # Conv+BatchNormalization+Relu blocks
+CALIBRATION = ASSETS / "calibration.npz"
+VALIDATION = ASSETS / "validation.npz"
+INT8 = {"precision": "int8"}
+
+
+def build(tmp_path_factory, config, calibration=None, name="build"):
+    workdir = tmp_path_factory.mktemp(name)
+    return OnnxRuntimeBackend().compile(DEMO_MODEL, config, workdir, calibration=calibration)
+
+
+@pytest.fixture(scope="module")
+def fp32_build(tmp_path_factory):
+    return build(tmp_path_factory, {"optimization_level": "all"}, name="fp32")
+
+
+@pytest.fixture(scope="module")
+def int8_build(tmp_path_factory):
+    return build(tmp_path_factory, INT8, calibration=CALIBRATION, name="int8")
+
+
+def top1(built, config):
+    backend = OnnxRuntimeBackend()
+    session = backend.load(built.artifact, config)
+    with np.load(VALIDATION, allow_pickle=False) as data:
+        images = data["inputs"]
+    answers = [backend.infer(session, {"image": image[None]})[0] for image in images]
+    return np.array([answer.argmax() for answer in answers])
+
+
+def operators(path):
+    return histogram(onnx.load(str(path)))["operators"]
+
+
+def test_it_folds_batch_norm_and_fuses_relu_into_the_convolutions_at_level_all(fp32_build):
+    report = fp32_build.graph_report
+
+    assert report["before"]["operators"]["BatchNormalization"] == 3
+    assert report["before"]["nodes"] == 15
+    assert "BatchNormalization" not in report["after"]["operators"]
+    assert "Relu" not in report["after"]["operators"]
+    assert report["after"]["nodes"] < report["before"]["nodes"]
+    assert report["fused"][0] == f"nodes: 15 → {report['after']['nodes']}"
+    assert any(
+        line.startswith("3 Conv+BatchNormalization+Relu groups became 3 nodes")
+        for line in report["fused"]
+    )
+    assert "graph optimisation level all" in fp32_build.log
+    assert "graph: 3 Conv+BatchNormalization+Relu groups became 3 nodes" in fp32_build.log
+
+
+def test_it_quantises_to_int8_and_keeps_the_fp32_answers(fp32_build, int8_build):
+    ops = operators(int8_build.artifact)
+
+    assert any(op.endswith("QLinearConv") for op in ops) or "DequantizeLinear" in ops
+    assert any(line.startswith("3 Conv+BatchNormalization+Relu groups became 3 nodes")
+               for line in int8_build.graph_report["fused"])  # fmt: skip
+    agreement = np.mean(top1(int8_build, INT8) == top1(fp32_build, {}))
+    assert agreement >= 0.95
+    log = int8_build.log
+    assert "quant_pre_process: shape inference and fusion before quantising: " in log
+    assert "calibration: 100 samples of image" in log
+    assert "quantising to int8 (qdq, per channel, activations uint8, weights int8, minmax" in log
+
+
+def test_it_builds_int8_without_preprocessing_and_says_what_stayed_unfused(tmp_path_factory):
+    config = INT8 | {"preprocess": False, "calibration_samples": 20}
+
+    built = build(tmp_path_factory, config, calibration=CALIBRATION, name="int8-raw")
+
+    assert built.artifact.is_file()
+    assert "quant_pre_process skipped" in built.log
+    assert "calibration: 20 samples of image" in built.log
+    assert any("BatchNormalization nodes were not folded" in line
+               for line in built.graph_report["fused"])  # fmt: skip
+
+
+def test_it_builds_int8_with_other_calibration_settings(tmp_path_factory):
+    config = INT8 | {
+        "calibration_method": "percentile",
+        "activation_type": "int8",
+        "per_channel": False,
+        "calibration_samples": 10,
+    }
+
+    built = build(tmp_path_factory, config, calibration=CALIBRATION, name="int8-percentile")
+
+    assert "per tensor, activations int8, weights int8, percentile calibration" in built.log
+    assert top1(built, config).shape == (300,)
+
+
+def test_it_refuses_int8_without_calibration_data(tmp_path):
+    with pytest.raises(JobError, match="int8 needs the version's calibration dataset: attach one"):
+        OnnxRuntimeBackend().compile(DEMO_MODEL, INT8, tmp_path)
+
+
+def test_it_refuses_calibration_data_without_inputs(tmp_path):
+    junk = tmp_path / "junk.npz"
+    np.savez(junk, labels=np.zeros(3))
+
+    with pytest.raises(JobError, match="not an .npz with 'inputs'"):
+        OnnxRuntimeBackend().compile(DEMO_MODEL, INT8, tmp_path, calibration=junk)
+
+
+def test_it_refuses_fp16_on_the_cpu_and_says_why():
+    with pytest.raises(JobError) as raised:
+        OnnxRuntimeBackend.check_config({"precision": "fp16"})
+
+    assert str(raised.value) == FP16_ON_CPU
+    OnnxRuntimeBackend.check_config({"precision": "fp16", "provider": "CUDAExecutionProvider"})
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"precision": "int4"}, "precision 'int4' is not one of"),
+        (INT8 | {"activation_type": "int16"}, "activation_type 'int16' is not one of"),
+        (INT8 | {"calibration_method": "kl"}, "calibration_method 'kl' is not one of"),
+        (INT8 | {"quant_format": "qop"}, "quant_format 'qop' is not one of"),
+        (INT8 | {"per_channel": "yes"}, "per_channel must be true or false"),
+        (INT8 | {"calibration_samples": 0}, "calibration_samples must be a whole number"),
+        ({"per_channel": True}, r"\['per_channel'\] apply to precision int8 only"),
+    ],
+)
+def test_it_refuses_precision_settings_it_cannot_build(config, message):
+    with pytest.raises(JobError, match=message):
+        OnnxRuntimeBackend.check_config(config)
+
+
+def test_it_accepts_every_int8_setting_spelled_out():
+    OnnxRuntimeBackend.check_config(
+        INT8
+        | {
+            "quant_format": "qdq",
+            "per_channel": True,
+            "activation_type": "uint8",
+            "weight_type": "int8",
+            "calibration_method": "entropy",
+            "preprocess": True,
+            "calibration_samples": 100,
+        }
+    )
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in onnxruntime.get_available_providers(),
+    reason="fp16 builds need a GPU provider",
+)
+def test_it_converts_to_fp16_for_a_gpu_provider(tmp_path):
+    config = {"precision": "fp16", "provider": "CUDAExecutionProvider"}
+
+    built = OnnxRuntimeBackend().compile(DEMO_MODEL, config, tmp_path)
+
+    assert "converting to fp16" in built.log
+    assert top1(built, config).shape == (300,)
+
+
+def test_it_converts_weights_to_fp16_and_keeps_float32_inputs_and_outputs(tmp_path):
+    stages = ort_backend._Build(DEMO_MODEL, tmp_path, progress=lambda *report: None)
+
+    converted = onnx.load(str(ort_backend._convert_fp16(stages)))
+
+    assert {tensor.data_type for tensor in converted.graph.initializer} == {TensorProto.FLOAT16}
+    io = [*converted.graph.input, *converted.graph.output]
+    assert {value.type.tensor_type.elem_type for value in io} == {TensorProto.FLOAT}
+    assert "converting to fp16 (inputs and outputs stay float32): " in stages.log()
+
+
+def conv_bn_relu_in_a_branch(path):
+    """Write a model whose If branch holds a Conv+BatchNormalization+Relu chain."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2, 1, 1, 1], [1.0, 2.0])
+    norm = [helper.make_tensor(n, TensorProto.FLOAT, [2], [1.0, 1.0]) for n in "sbmv"]
+    branch = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+            helper.make_node("Relu", ["n"], ["r"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+        initializer=[weight, *norm],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["i"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("i", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=branch, else_branch=other)],
+        "branchy",
+        [
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_it_counts_nodes_and_groups_inside_subgraphs(tmp_path):
+    source = conv_bn_relu_in_a_branch(tmp_path / "branchy.onnx")
+
+    report = onnx_graph_report(source, source)
+
+    assert report["before"]["nodes"] == 5
+    assert report["before"]["operators"] == {
+        "BatchNormalization": 1,
+        "Conv": 1,
+        "Identity": 1,
+        "If": 1,
+        "Relu": 1,
+    }
+    assert report["fused"][:2] == [
+        "nodes: 5 → 5",
+        "1 BatchNormalization nodes were not folded into their Conv "
+        "(1 Conv+BatchNormalization groups before)",
+    ]
