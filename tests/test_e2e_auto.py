@@ -1,0 +1,43 @@
+"""Auto mode on the demo model with a real worker: every CPU build measured, one recommended."""
+
+import pytest
+from django.core.files import File
+
+from deployhub.engines import auto
+from deployhub.engines.models import AutoRun
+from deployhub.registry.uploads import create_dataset
+from tests.conftest import ASSETS, PASSWORD, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def attach(version, user, kind, name):
+    with open(ASSETS / f"{name}.npz", "rb") as handle:
+        return create_dataset(version, File(handle, name=f"{name}.npz"), user, kind=kind, name=name)
+
+
+def test_auto_mode_builds_measures_and_recommends(client, version, device_class, make_device, start_worker, alice):
+    attach(version, alice, "calibration", "calibration")
+    attach(version, alice, "validation", "validation")
+    device, token = make_device()
+    worker = start_worker(device, token)
+    run = auto.start(version, device_class, alice)
+    run = wait_until(lambda: (r := AutoRun.objects.get(pk=run.pk)).state == "done" and r, 400,
+                     "auto mode to finish", interval=1, on_timeout=worker.output)
+    builds = {(b.backend, b.precision): b for b in run.builds.all()}
+    cpu_builds = [("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("openvino", "fp32"),
+                  ("openvino", "bf16"), ("openvino", "int8")]
+    for key in cpu_builds:
+        build = builds[key]
+        assert not build.error, f"{key}: {build.error}"
+        assert build.benchmark.latency_p50_ms > 0 and build.accuracy.samples == 300
+    assert "NVIDIA GPU" in builds[("tensorrt", "fp16")].skipped
+    assert builds[("torch-aoti", "fp32")].skipped
+    best = run.recommended
+    assert best is not None and best.within_tolerance
+    eligible = [b for b in builds.values() if b.within_tolerance and b.meets_budget]
+    assert best.benchmark.latency_p50_ms == min(b.benchmark.latency_p50_ms for b in eligible)
+    assert best.pareto
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "recommended" in page and "Pareto" in page and "skipped" in page
