@@ -1,3 +1,5 @@
+import json
+
 from django import forms
 
 from deployhub.registry.forms import PrettyJSONField, team_classes
@@ -5,9 +7,9 @@ from workers.backends.registry import BACKENDS
 
 DEFAULT_CONFIGS = {
     "onnxruntime": {"optimization_level": "all", "provider": "CPUExecutionProvider"},
-    "openvino": {"device": "CPU"},
-    "tensorrt": {},
-    "torch-aoti": {},
+    "openvino": {"device": "CPU", "precision": "f32", "performance_hint": "LATENCY"},
+    "tensorrt": {"precision": "fp16", "workspace_mb": 4096, "optimization_level": 3},
+    "torch-aoti": {"device": "cpu", "precision": "fp32"},
 }
 
 
@@ -24,6 +26,8 @@ class CompileForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["device_class"].queryset = team_classes(team)
         self.fields["backend"].choices = [(name, name) for name in sorted(BACKENDS)]
+        # The page swaps in a backend's default config when the backend changes.
+        self.fields["backend"].widget.attrs["data-defaults"] = json.dumps(DEFAULT_CONFIGS)
         self.fields["backend"].initial = "onnxruntime"
         self.fields["build_config"].initial = DEFAULT_CONFIGS["onnxruntime"]
 

@@ -140,3 +140,14 @@
     });
   });
 })();
+
+// Compile form: a backend's default build config when the backend changes.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("select[data-defaults]").forEach((select) => {
+    const defaults = JSON.parse(select.dataset.defaults);
+    const config = select.form.querySelector("textarea[name=build_config]");
+    select.addEventListener("change", () => {
+      config.value = JSON.stringify(defaults[select.value] || {}, null, 2);
+    });
+  });
+});
