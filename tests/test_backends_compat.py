@@ -78,6 +78,7 @@ class Case:
 
 VERSION_COMPATIBLE = {"version_compatible": True}
 AMPERE_PLUS = {"hardware_compatibility": "ampere_plus"}
+AOTI_CUDA = {"device": "cuda"}
 SAME_CC = {"hardware_compatibility": "same_compute_capability"}
 ORT_ALL = {"optimization_level": "all"}
 ORT_CUDA = {"provider": "CUDAExecutionProvider", "optimization_level": "all"}
@@ -175,14 +176,18 @@ CASES = [
     Case("ov package version and build string are one release", "openvino",
          device(openvino="2026.4.1"), {}, device(openvino=OV_FULL_BUILD), {}, True),
     # AOTInductor
-    Case("aoti torch change", "torch-aoti", device(torch="2.13.0+cu124"), {},
-         device(torch="2.14.0+cu124"), {}, False, ["torch"]),
-    Case("aoti cuda change", "torch-aoti", device(cuda="12.4"), {}, device(cuda="12.8"), {},
-         False, ["cuda"]),
-    Case("aoti other arch", "torch-aoti", device(cc="8.6"), {}, device(cc="9.0"), {},
-         False, ["compute_capability"]),
-    Case("aoti same arch other gpu model", "torch-aoti", device(gpu="NVIDIA A10"), {},
-         device(gpu="NVIDIA GeForce RTX 3090"), {}, True),
+    Case("aoti torch change", "torch-aoti", device(torch="2.13.0+cu124"), AOTI_CUDA,
+         device(torch="2.14.0+cu124"), AOTI_CUDA, False, ["torch"]),
+    Case("aoti cuda change", "torch-aoti", device(cuda="12.4"), AOTI_CUDA, device(cuda="12.8"),
+         AOTI_CUDA, False, ["cuda"]),
+    Case("aoti other arch", "torch-aoti", device(cc="8.6"), AOTI_CUDA, device(cc="9.0"),
+         AOTI_CUDA, False, ["compute_capability"]),
+    Case("aoti same arch other gpu model", "torch-aoti", device(gpu="NVIDIA A10"), AOTI_CUDA,
+         device(gpu="NVIDIA GeForce RTX 3090"), AOTI_CUDA, True),
+    Case("aoti cpu vs cuda", "torch-aoti", device(), {}, device(), AOTI_CUDA, False,
+         ["device", "cpu_isa", "cpu_extensions", "compute_capability"]),
+    Case("aoti cpu isa change", "torch-aoti", device(flags=AVX512), {}, device(flags=AVX2), {},
+         False, ["cpu_isa", "cpu_extensions"]),
 ]  # fmt: skip
 
 
@@ -227,10 +232,20 @@ def test_it_reads_the_documented_fields_of_each_backend():
         "cpu_isa": "avx512",
         "bf16_hardware": True,
     }
+    assert BACKENDS["torch-aoti"].compat_fields(host, AOTI_CUDA) == {
+        "torch": "2.13.0+cu124",
+        "cuda": "12.4",
+        "device": "cuda",
+        "machine": None,
+        "compute_capability": "8.6",
+    }
     assert BACKENDS["torch-aoti"].compat_fields(host, {}) == {
         "torch": "2.13.0+cu124",
         "cuda": "12.4",
-        "compute_capability": "8.6",
+        "device": "cpu",
+        "machine": None,
+        "cpu_isa": "avx512",
+        "cpu_extensions": ["avx512_vnni"],
     }
 
 

@@ -84,19 +84,44 @@ def _task_metrics(logits, labels):
     }
 
 
-def evaluate(run_engine, model_path, dataset_path, params, progress=None, should_stop=None):
-    """Compare run_engine(feeds) -> outputs with the FP32 source on a dataset; return metrics."""
+def reference_runner(model_path):
+    """Return (input name, run(feeds) -> outputs) of the FP32 source: ONNX Runtime on the CPU,
+    or PyTorch eager for a torch.export program (.pt2)."""
+    if str(model_path).endswith(".pt2"):
+        return _eager_runner(model_path)
     import onnxruntime
 
+    session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return session.get_inputs()[0].name, lambda feeds: session.run(None, feeds)
+
+
+def _eager_runner(model_path):
+    import torch
+
+    from workers.backends.torch_aoti import input_metas_from_pt2
+
+    module = torch.export.load(str(model_path)).module()
+    name = input_metas_from_pt2(model_path)[0].name
+
+    def run(feeds):
+        with torch.inference_mode():
+            outputs = module(*(torch.from_numpy(array) for array in feeds.values()))
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return [output.float().numpy() for output in outputs]
+
+    return name, run
+
+
+def evaluate(run_engine, model_path, dataset_path, params, progress=None, should_stop=None):
+    """Compare run_engine(feeds) -> outputs with the FP32 source on a dataset; return metrics."""
     inputs, labels = _load_dataset(dataset_path, int(params.get("max_samples") or 1000))
-    reference = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    model_input = reference.get_inputs()[0]
+    input_name, run_reference = reference_runner(model_path)
     comparison = Comparison()
     for index, sample in enumerate(inputs):
         if should_stop and should_stop():
             raise Cancelled()
-        feeds = {model_input.name: np.ascontiguousarray(sample[None], dtype=np.float32)}
-        comparison.add(reference.run(None, feeds)[0], run_engine(feeds)[0])
+        feeds = {input_name: np.ascontiguousarray(sample[None], dtype=np.float32)}
+        comparison.add(run_reference(feeds)[0], run_engine(feeds)[0])
         if progress and index % PROGRESS_EVERY == 0:
             progress(index / len(inputs), f"evaluated {index} of {len(inputs)} samples")
     return comparison.result(labels)

@@ -331,10 +331,14 @@ def load_engine(job_run, inputs, engine):
 
     if "model" not in inputs:
         raise JobError(f"a {engine['backend']} engine job needs the source model as input 'model'")
-    source = onnx_model_path(inputs["model"], job_run.workdir / "source")
-    metas = onnxruntime.InferenceSession(
-        str(source), providers=["CPUExecutionProvider"]
-    ).get_inputs()
+    if inputs["model"].suffix == ".pt2":  # a torch.export program (AOTInductor's source)
+        from workers.backends.torch_aoti import input_metas_from_pt2
+
+        metas = input_metas_from_pt2(inputs["model"])
+    else:
+        source = onnx_model_path(inputs["model"], job_run.workdir / "source")
+        session = onnxruntime.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+        metas = session.get_inputs()
     backend = registry.require(engine["backend"])()
     handle = backend.load(inputs[ENGINE_INPUT], engine.get("build_config") or {})
     job_run.log.add(f"{backend.name} engine loaded ({getattr(handle, 'source', 'engine')})")
@@ -375,7 +379,9 @@ def run_evaluate(job_run, inputs):
     else:
         loaded = load_engine(job_run, inputs, engine)
         run_engine = lambda feeds: loaded.run(None, feeds)  # noqa: E731
-    source = onnx_model_path(inputs["model"], job_run.workdir / "reference")
+    source = inputs["model"]
+    if source.suffix != ".pt2":
+        source = onnx_model_path(source, job_run.workdir / "reference")
     result = evaluate(
         run_engine,
         source,

@@ -75,6 +75,19 @@ def calibration_for(version, build_config):
     return version.model.datasets.filter(kind="calibration").order_by("-created_at").first()
 
 
+def check_source(version, backend):
+    """AOTInductor builds from the .pt2 program; every other backend from ONNX."""
+    if backend == "torch-aoti" and version.format != "pt2":
+        raise BuildRefused(
+            "AOTInductor builds from a torch.export program: compile the .pt2 "
+            "version this one was exported from."
+        )
+    if backend != "torch-aoti" and version.format == "pt2":
+        raise BuildRefused(
+            f"{backend} builds from ONNX: compile the ONNX version exported from this .pt2."
+        )
+
+
 def needs_calibration(backend, build_config):
     if build_config.get("precision") != "int8":
         return False
@@ -94,6 +107,7 @@ def request_compile(version, device_class, backend, build_config, user):
 
     if backend not in BACKENDS:
         raise UnknownBackend(f"There is no backend named {backend!r}.")
+    check_source(version, backend)
     build_config = with_contract(version, backend, build_config)
     try:
         BACKENDS[backend].check_config(build_config)

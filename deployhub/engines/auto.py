@@ -26,7 +26,7 @@ BUILD_CONFIGS = {
     ("openvino", "int8"): {"device": "CPU", "precision": "int8"},
     ("tensorrt", "fp16"): {"precision": "fp16"},
     ("tensorrt", "int8"): {"precision": "int8"},
-    ("torch-aoti", "fp32"): {},
+    ("torch-aoti", "fp32"): {"device": "cpu", "precision": "fp32"},
 }
 # Without labels, a build is within tolerance when its top-1 agrees this often with FP32.
 MIN_AGREEMENT = 0.99
@@ -63,16 +63,25 @@ def start(version, device_class, user):
     return run
 
 
+def source_for(version, backend):
+    """Return the version a backend builds from: AOTInductor takes the .pt2 this came from."""
+    parent = version.parent
+    if backend == "torch-aoti" and parent is not None and parent.format == "pt2":
+        return parent
+    return version
+
+
 def _add_build(run, backend, precision, user):
     config = BUILD_CONFIGS[(backend, precision)]
     build = AutoBuild(auto_run=run, backend=backend, precision=precision, build_config=config)
-    [verdict] = preflight(run.model_version, run.device_class, [backend], precision)
+    source = source_for(run.model_version, backend)
+    [verdict] = preflight(source, run.device_class, [backend], precision)
     if verdict.fails:
         build.skipped, build.finished = "; ".join(verdict.fails), True
         build.save()
         return
     try:
-        engine, job = request_compile(run.model_version, run.device_class, backend, config, user)
+        engine, job = request_compile(source, run.device_class, backend, config, user)
     except BuildRefused as exc:
         build.skipped, build.finished = str(exc), True
         build.save()
@@ -93,7 +102,7 @@ def _measure(build, user):
         "team": run.team,
         "device_class": run.device_class,
         "user": user,
-        "model_version": run.model_version,
+        "model_version": engine.model_version,
         "engine": engine,
     }
     build.benchmark_job = submit_job(

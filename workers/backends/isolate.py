@@ -49,6 +49,7 @@ PATTERNS = {
         r"could not be allocated",
     ],
     "runtime_missing": [
+        r"\bno CUDA GPU\b",
         r"No module named",
         r"cannot open shared object file",
         r"Failed to load library",
@@ -177,7 +178,7 @@ def smoke_test(backend, artifact, build_config, source):
     from workers.backends import registry
 
     runner = registry.require(backend)()
-    feeds = zero_feeds(source)
+    feeds = zero_feeds_pt2(source) if Path(source).suffix == ".pt2" else zero_feeds(source)
     started = time.monotonic()
     handle = runner.load(Path(artifact), build_config)
     loaded = time.monotonic()
@@ -188,6 +189,15 @@ def smoke_test(backend, artifact, build_config, source):
         "inputs": {name: list(array.shape) for name, array in feeds.items()},
         "outputs": [list(getattr(output, "shape", ())) for output in outputs],
     }
+
+
+def zero_feeds_pt2(source):
+    """Return {input name: zeros} for a torch.export program's inputs, symbolic dims as 1."""
+    from workers.backends.torch_aoti import input_metas_from_pt2
+    from workers.benchmark import random_inputs
+
+    feeds = random_inputs(input_metas_from_pt2(source, 1), 1)
+    return {name: array * 0 for name, array in feeds.items()}
 
 
 def zero_feeds(source):
