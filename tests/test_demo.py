@@ -7,7 +7,7 @@ import onnx
 from django.core.management import call_command
 
 from deployhub.devices.models import Device, DeviceClass
-from deployhub.registry.models import Model, ModelVersion
+from deployhub.registry.models import Dataset, Model, ModelVersion
 from deployhub.teams.models import Membership, Role
 from tests.conftest import ASSETS
 
@@ -19,6 +19,7 @@ def counts():
         DeviceClass.objects.count(),
         Device.objects.count(),
         Membership.objects.count(),
+        Dataset.objects.count(),
     )
 
 
@@ -36,6 +37,9 @@ def test_seed_demo_loads_the_cast_the_class_and_the_model(db):
     model = Model.objects.get(name="digits-cnn")
     assert [v.number for v in model.versions.order_by("number")] == [1, 2]
     assert model.versions.get(number=2).preprocessing["color_order"] == "RGB"
+    datasets = {d.kind: d for d in model.datasets.all()}
+    assert datasets["validation"].samples == 300 and datasets["validation"].has_labels
+    assert datasets["calibration"].samples == 100
 
 
 def test_seed_demo_is_idempotent(db):

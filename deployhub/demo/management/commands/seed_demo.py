@@ -11,7 +11,7 @@ from django.db import transaction
 
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.registry.models import Model
-from deployhub.registry.uploads import create_version
+from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Membership, Role, Team
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -82,6 +82,10 @@ class Command(BaseCommand):
             name=manifest["model"]["name"],
             defaults={"description": manifest["model"]["description"], "created_by": alice},
         )
+        self.seed_versions(model, manifest, alice)
+        self.seed_datasets(model, manifest, alice)
+
+    def seed_versions(self, model, manifest, alice):
         for entry in sorted(manifest["versions"], key=lambda v: v["version"]):
             if model.versions.filter(number=entry["version"]).exists():
                 continue
@@ -93,3 +97,12 @@ class Command(BaseCommand):
                     notes=entry.get("notes", ""),
                     preprocessing=manifest.get("preprocessing"),
                 )
+
+    def seed_datasets(self, model, manifest, alice):
+        """Attach the demo's calibration and validation sets, checked against the latest version."""
+        version = model.latest_version()
+        for kind, filename in manifest["datasets"].items():
+            if model.datasets.filter(name=kind).exists():
+                continue
+            with open(ASSETS / filename, "rb") as handle:
+                create_dataset(version, File(handle, name=filename), alice, kind=kind, name=kind)
