@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -414,7 +416,313 @@ def bench_compile_reuse():
     ]
 
 
-BENCHES = [bench_job_pipeline, bench_upload_memory, bench_compile_reuse]
+DEMO_ASSETS = ROOT / "deployhub" / "demo" / "assets"
+AUTO_DEADLINE_S = 480
+# Side by side: each runner warms up, then runs in turn, round after round, for about
+# TIMING_SECONDS in all, so that drift on a shared machine touches all of them alike.
+TIMING_SECONDS, TIMING_ROUNDS, WARMUP_RUNS, MIN_RUNS_PER_ROUND = 3.0, 15, 10, 3
+BATCH_SIZES = (1, 8)
+AGREEMENT_TARGET = 0.99  # top-1 agreement of the recommended build with the FP32 source
+
+
+@dataclass
+class AutoSubject:
+    """A model auto mode builds for, with its datasets and the same network in eager torch."""
+
+    name: str
+    onnx: Path
+    datasets: dict  # {kind: .npz path}
+    eager: object  # a torch module in eval mode, the ONNX file's weights
+    notes: str = ""
+
+
+def load_script(name):
+    """Import a script of scripts/ as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def with_onnx_weights(module, onnx_path):
+    """Load an ONNX file's initializers into a torch module of the same names; return it."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    weights = {
+        tensor.name: torch.from_numpy(numpy_helper.to_array(tensor).copy())
+        for tensor in onnx.load(str(onnx_path)).graph.initializer
+    }
+    missing, unexpected = module.load_state_dict(weights, strict=False)
+    if unexpected or any(not name.endswith("num_batches_tracked") for name in missing):
+        raise SystemExit(f"bench: {onnx_path.name} does not match its torch module: {missing}")
+    return module.eval()
+
+
+def demo_subject():
+    """The demo model (digits CNN v2), rebuilt in torch from the weights in its ONNX file."""
+    assets = load_script("make_demo_assets")
+    onnx_path = DEMO_ASSETS / "digits_cnn_v2.onnx"
+    eager = with_onnx_weights(assets.DigitsCNN(assets.VERSIONS[2]["widths"]), onnx_path)
+    datasets = {kind: DEMO_ASSETS / f"{kind}.npz" for kind in ("calibration", "validation")}
+    return AutoSubject("demo", onnx_path, datasets, eager)
+
+
+def resnet18_subject(work):
+    """ResNet-18 with random weights, written by scripts/make_resnet18.py into work."""
+    script = load_script("make_resnet18")
+    onnx_path, npz_path, eager = script.write_resnet18(work / "resnet18")
+    notes = "random weights: for latency only"
+    return AutoSubject("resnet18", onnx_path, {"calibration": npz_path}, eager, notes)
+
+
+def upload_subject(subject, team, user):
+    """Store the subject as a model version with its datasets; return the version."""
+    from django.core.files import File
+
+    from deployhub.registry.models import Model
+    from deployhub.registry.uploads import create_dataset, create_version
+
+    model = Model.objects.create(team=team, name=subject.name, created_by=user)
+    with open(subject.onnx, "rb") as handle:
+        version = create_version(
+            model, File(handle, name=subject.onnx.name), user, notes=subject.notes
+        )
+    for kind, path in subject.datasets.items():
+        with open(path, "rb") as handle:
+            create_dataset(version, File(handle, name=path.name), user, kind=kind, name=kind)
+    return version
+
+
+def finish_auto_run(version, device_class, user):
+    """Start auto mode on a version and wait until it has ranked its builds."""
+    from deployhub.engines import auto
+    from deployhub.engines.models import AutoRun
+
+    run = auto.start(version, device_class, user)
+    wait_for(
+        lambda: AutoRun.objects.get(pk=run.pk).state == "done",
+        AUTO_DEADLINE_S,
+        f"auto mode on {version}",
+    )
+    run = AutoRun.objects.get(pk=run.pk)
+    if run.recommended is None:
+        errors = "; ".join(f"{b}: {b.error or b.skipped}" for b in run.builds.all())
+        raise SystemExit(f"bench: auto mode on {version} recommended nothing: {errors}")
+    return run
+
+
+def load_build(build, work):
+    """Load an auto build's engine from storage with its backend; return run(feeds)."""
+    from django.core.files.storage import default_storage
+
+    from workers.backends.registry import BACKENDS
+
+    engine = build.engine
+    artifact = work / f"engine-{engine.pk}{Path(engine.file.name).suffix}"
+    shutil.copyfile(default_storage.path(engine.file.name), artifact)  # backends unpack beside it
+    backend = BACKENDS[build.backend]()
+    handle = backend.load(artifact, engine.build_config)
+    return lambda feeds: backend.infer(handle, feeds)
+
+
+def time_side_by_side(runners):
+    """Time the runners in turn, round after round; return each one's best round median in ms.
+
+    The best round, not all of them: when another process takes one of the cores,
+    eager torch's OpenMP threads wait on each other and its runs take 10 to 40 times
+    longer (ONNX Runtime's 3 times), so a burst of load elsewhere, not the runtimes,
+    would decide the ratios. A round's median still ignores a single slow run.
+    """
+    counts = {
+        name: runs_filling(run, TIMING_SECONDS / TIMING_ROUNDS) for name, run in runners.items()
+    }
+    medians = {name: [] for name in runners}
+    for _ in range(TIMING_ROUNDS):
+        for name, run in runners.items():
+            medians[name].append(statistics.median(timed_runs(run, counts[name])))
+    return {name: min(values) * 1000 for name, values in medians.items()}
+
+
+def runs_filling(run, seconds):
+    """Warm a runner up; return how many runs take about `seconds`."""
+    started = time.perf_counter()
+    for _ in range(WARMUP_RUNS):
+        run()
+    return max(MIN_RUNS_PER_ROUND, int(seconds * WARMUP_RUNS / (time.perf_counter() - started)))
+
+
+def timed_runs(run, count):
+    """Return the duration in seconds of each of count runs."""
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def measured_builds(run):
+    """Return the builds of an auto run that were benchmarked, by name ("openvino int8")."""
+    return {
+        f"{b.backend} {b.precision}": b for b in run.builds.all() if not b.error and b.benchmark
+    }
+
+
+def measure_side_by_side(subject, run, work):
+    """Time PyTorch eager, ONNX Runtime FP32 and every build at each batch size, in this process.
+
+    Every runtime gets the machine's cores. Also return the load average after each
+    batch size, and the FP32 top-1 classes of the evaluation inputs, after checking
+    that eager torch computes the ONNX file's logits.
+    """
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    cores = os.cpu_count()
+    torch.set_num_threads(cores)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = cores
+    session = ort.InferenceSession(str(subject.onnx), options, providers=["CPUExecutionProvider"])
+    builds = {name: load_build(build, work) for name, build in measured_builds(run).items()}
+    with np.load(subject.datasets.get("validation", subject.datasets["calibration"])) as data:
+        inputs = data["inputs"]
+    timings, loads = {}, {}
+    with torch.inference_mode():
+        reference = session.run(None, {"image": inputs})[0]
+        eager = subject.eager(torch.from_numpy(inputs)).numpy()
+        if not np.allclose(eager, reference, atol=1e-3, rtol=1e-3):
+            raise SystemExit(f"bench: eager torch and ONNX Runtime disagree on {subject.name}")
+        for batch in BATCH_SIZES:
+            tensor, feeds = torch.from_numpy(inputs[:batch]), {"image": inputs[:batch]}
+            runners = {
+                "eager": partial(subject.eager, tensor),
+                "ort": partial(session.run, None, feeds),
+                **{name: partial(run_build, feeds) for name, run_build in builds.items()},
+            }
+            timings[batch] = time_side_by_side(runners)
+            loads[batch] = os.getloadavg()[0]  # eager torch slows most on a busy machine
+    return timings, loads, reference.argmax(axis=1)
+
+
+def print_builds(subject, run):
+    """Print what every build of an auto run measured, or why it did not run (to stderr)."""
+    for build in run.builds.all():
+        if build.benchmark and build.accuracy:
+            what = (
+                f"p50 {build.benchmark.latency_p50_ms:.3g} ms, top-1 agreement "
+                f"{build.accuracy.top1_agreement:.3f}, within tolerance {build.within_tolerance}"
+            )
+        else:
+            what = (build.error or build.skipped).splitlines()[0][:120]
+        print(f"bench: auto mode on {subject.name}, {build}: {what}", file=sys.stderr)
+
+
+def speedup_rows(subject, label, key, timings, loads, targets):
+    """Rows: eager torch's latency over a runner's, at each batch size, with the load average."""
+    return [
+        row(
+            f"{subject.name}: {label} vs PyTorch eager, batch {batch} "
+            f"({timings[batch][key]:.3g} vs {timings[batch]['eager']:.3g} ms, "
+            f"load {loads[batch]:.1f})",
+            timings[batch]["eager"] / timings[batch][key],
+            "×",
+            target,
+            lower_is_better=False,
+        )
+        for batch, target in zip(BATCH_SIZES, targets, strict=True)
+    ]
+
+
+def agreement_row(subject, name, accuracy, classes):
+    """Row: the recommended build's top-1 agreement with the FP32 source, from auto mode."""
+    if accuracy.top1 is not None:
+        detail = f"top-1 {accuracy.reference_top1:.3f} → {accuracy.top1:.3f}"
+    else:
+        detail = f"no labels; FP32 top-1 spans {len(set(classes.tolist()))} classes"
+    return row(
+        f"{subject.name}: recommended ({name}) top-1 agreement with FP32 "
+        f"({accuracy.samples} samples; {detail})",
+        accuracy.top1_agreement,
+        "",
+        AGREEMENT_TARGET,
+        lower_is_better=False,
+    )
+
+
+def fastest_rows(subject, run, name, timings):
+    """Rows: the recommended build against the fastest build, as auto mode and as we measured."""
+    builds = measured_builds(run)
+    p50 = {key: build.benchmark.latency_p50_ms for key, build in builds.items()}
+    fastest = min(p50, key=p50.get)
+    here = {key: timings[1][key] for key in builds}
+    fastest_here = min(here, key=here.get)
+    outside = {
+        key: "" if b.within_tolerance else ", outside tolerance" for key, b in builds.items()
+    }
+    return [
+        row(
+            f"{subject.name}: recommended ({name}) p50 vs fastest build in the run "
+            f"({fastest}, {p50[fastest]:.3g} ms{outside[fastest]})",
+            p50[name] / p50[fastest],
+            "×",
+            1.10,
+        ),
+        row(
+            f"{subject.name}: recommended ({name}) vs fastest build, side by side, batch 1 "
+            f"({fastest_here}, {here[fastest_here]:.3g} ms{outside[fastest_here]})",
+            here[name] / here[fastest_here],
+            "×",
+            1.10,
+        ),
+    ]
+
+
+def auto_mode_rows(subject, run, timings, loads, classes):
+    """Rows of one model: speed-ups over eager torch, agreement, and auto mode's choice."""
+    best = run.recommended
+    name = f"{best.backend} {best.precision}"
+    return [
+        *speedup_rows(subject, f"recommended ({name})", name, timings, loads, (8, 1)),
+        *speedup_rows(subject, "ONNX Runtime FP32", "ort", timings, loads, (1, 1)),
+        agreement_row(subject, name, best.accuracy, classes),
+        *fastest_rows(subject, run, name, timings),
+    ]
+
+
+def bench_auto_mode():
+    """Rows: auto mode's recommended build vs PyTorch eager and ONNX Runtime FP32, per model."""
+    from deployhub.devices.models import Device
+    from deployhub.teams.models import Team
+
+    team, user, device_class, device, token = setup_fleet_for(
+        Team.objects.create(name="Auto bench", slug="auto-bench")
+    )
+    work = Path(tempfile.mkdtemp(prefix="deployhub-auto-"))
+    try:
+        subjects = [demo_subject(), resnet18_subject(work)]
+        versions = [upload_subject(subject, team, user) for subject in subjects]
+        stack = Stack(token, device)
+        try:
+            wait_for(lambda: Device.objects.get(pk=device.pk).fingerprint, 60, "a fingerprint")
+            runs = [finish_auto_run(version, device_class, user) for version in versions]
+        finally:
+            stack.stop()
+        rows = []
+        for subject, run in zip(subjects, runs, strict=True):
+            print_builds(subject, run)
+            timings, loads, classes = measure_side_by_side(subject, run, work)
+            rows += auto_mode_rows(subject, run, timings, loads, classes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+BENCHES = [bench_job_pipeline, bench_upload_memory, bench_compile_reuse, bench_auto_mode]
 
 
 def main():
@@ -425,7 +733,10 @@ def main():
     django.setup()
     call_command("migrate", verbosity=0)
     chosen = [b for b in BENCHES if not sys.argv[1:] or b.__name__ in sys.argv[1:]]
-    rows = [{**r, "bench": bench.__name__} for bench in chosen for r in bench()]
+    try:
+        rows = [{**r, "bench": bench.__name__} for bench in chosen for r in bench()]
+    finally:
+        shutil.rmtree(os.environ["DEPLOYHUB_VAR_DIR"], ignore_errors=True)  # storage, models
     print_rows(rows)
     write_results(rows)
 
