@@ -16,17 +16,29 @@ def attach(version, user, kind, name):
         return create_dataset(version, File(handle, name=f"{name}.npz"), user, kind=kind, name=name)
 
 
-def test_auto_mode_builds_measures_and_recommends(client, version, device_class, make_device, start_worker, alice):
+def test_auto_mode_builds_measures_and_recommends(
+    client, version, device_class, make_device, start_worker, alice
+):
     attach(version, alice, "calibration", "calibration")
     attach(version, alice, "validation", "validation")
     device, token = make_device()
     worker = start_worker(device, token)
     run = auto.start(version, device_class, alice)
-    run = wait_until(lambda: (r := AutoRun.objects.get(pk=run.pk)).state == "done" and r, 400,
-                     "auto mode to finish", interval=1, on_timeout=worker.output)
+    run = wait_until(
+        lambda: (r := AutoRun.objects.get(pk=run.pk)).state == "done" and r,
+        400,
+        "auto mode to finish",
+        interval=1,
+        on_timeout=worker.output,
+    )
     builds = {(b.backend, b.precision): b for b in run.builds.all()}
-    cpu_builds = [("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("openvino", "fp32"),
-                  ("openvino", "bf16"), ("openvino", "int8")]
+    cpu_builds = [
+        ("onnxruntime", "fp32"),
+        ("onnxruntime", "int8"),
+        ("openvino", "fp32"),
+        ("openvino", "bf16"),
+        ("openvino", "int8"),
+    ]
     for key in cpu_builds:
         build = builds[key]
         assert not build.error, f"{key}: {build.error}"
