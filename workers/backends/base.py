@@ -12,6 +12,8 @@ import abc
 import hashlib
 import importlib
 import json
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -184,3 +186,27 @@ def _show(value):
     if isinstance(value, bool):
         return str(value).lower()
     return str(value)
+
+
+class BuildLog:
+    """The progress reports and timed log lines of one build."""
+
+    def __init__(self, progress=None):
+        self.report = progress or (lambda fraction, message: None)
+        self.notes = []
+
+    def note(self, line):
+        """Add a line to the build log."""
+        self.notes.append(line)
+
+    @contextmanager
+    def stage(self, fraction, message):
+        """Report a stage as it starts; log how long it took once it is done."""
+        self.report(fraction, message)
+        started = time.monotonic()
+        yield
+        self.note(f"{message}: {time.monotonic() - started:.2f} s")
+
+    def log(self):
+        """Return the build log, one line per note."""
+        return "".join(f"{line}\n" for line in self.notes)

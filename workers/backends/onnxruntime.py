@@ -16,14 +16,13 @@ turns a QDQ model into integer kernels whose speed, and some of whose choices,
 follow VNNI, so an INT8 model optimised for the CPU is keyed on VNNI as well.
 """
 
-import time
 import zipfile
-from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 from workers.backends.base import (
     Backend,
+    BuildLog,
     CompileResult,
     cpu_flags,
     cpu_isa,
@@ -164,28 +163,12 @@ class OnnxRuntimeBackend(Backend):
         return handle.run(None, feeds)
 
 
-class _Build:
-    """The stages of one build: progress reports and timed log lines."""
+class _Build(BuildLog):
+    """The stages of one build, with the source and the folder it builds in."""
 
     def __init__(self, source, workdir, progress):
-        self.source, self.workdir, self.report = source, workdir, progress
-        self.notes = []
-
-    def note(self, line):
-        """Add a line to the build log."""
-        self.notes.append(line)
-
-    @contextmanager
-    def stage(self, fraction, message):
-        """Report a stage as it starts; log how long it took once it is done."""
-        self.report(fraction, message)
-        started = time.monotonic()
-        yield
-        self.note(f"{message}: {time.monotonic() - started:.2f} s")
-
-    def log(self):
-        """Return the build log, one line per note."""
-        return "".join(f"{line}\n" for line in self.notes)
+        super().__init__(progress)
+        self.source, self.workdir = source, workdir
 
 
 def provider_of(build_config):

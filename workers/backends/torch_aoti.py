@@ -23,14 +23,13 @@ shapes and types from its source program: `input_metas_from_pt2`.
 
 import platform
 import re
-import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from workers.backends.base import (
     Backend,
+    BuildLog,
     CompileResult,
     cpu_flags,
     cpu_isa,
@@ -152,7 +151,7 @@ class TorchAotiBackend(Backend):
         config = build_config or {}
         device, precision = device_of(config), precision_of(config)
         check_device_here(device)
-        build = _Build(progress)
+        build = BuildLog(progress)
         build.note(
             f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}), "
             f"device {device}, precision {precision}"
@@ -462,31 +461,3 @@ def _to_numpy(torch, tensor, handle):
     if tensor.dtype == torch.bfloat16 or (handle.dtype and tensor.dtype == handle.dtype):
         tensor = tensor.float()
     return tensor.detach().cpu().numpy()
-
-
-class _Build:
-    """The progress reports and timed log lines of one build."""
-
-    def __init__(self, progress):
-        self.report = progress or _ignore_progress
-        self.notes = []
-
-    def note(self, line):
-        """Add a line to the build log."""
-        self.notes.append(line)
-
-    @contextmanager
-    def stage(self, fraction, message):
-        """Report a stage as it starts; log how long it took once it is done."""
-        self.report(fraction, message)
-        started = time.monotonic()
-        yield
-        self.note(f"{message}: {time.monotonic() - started:.2f} s")
-
-    def log(self):
-        """Return the build log, one line per note."""
-        return "".join(f"{line}\n" for line in self.notes)
-
-
-def _ignore_progress(fraction, message):
-    """Accept a progress report and do nothing with it."""
