@@ -174,9 +174,9 @@ def torch_logits(model: nn.Module, inputs: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(inputs)).numpy()
 
 
-def export_onnx(model: nn.Module, path: Path, version: int) -> None:
-    """Export the model to a self-contained ONNX file with a symbolic batch dim."""
-    example = torch.zeros(2, 3, IMAGE_SIZE, IMAGE_SIZE)
+def export_keeping_batchnorm(model: nn.Module, path: Path, image_size: int, opset: int) -> None:
+    """Export NCHW RGB -> logits with a symbolic batch dim, BatchNormalization nodes kept."""
+    example = torch.zeros(2, 3, image_size, image_size)
     # The legacy TorchScript exporter (dynamo=False, deprecated but still in
     # torch 2.13) is used on purpose: the dynamo exporter (needs onnxscript)
     # folds BatchNorm into Conv and cannot emit opset 17 for this graph.
@@ -189,7 +189,7 @@ def export_onnx(model: nn.Module, path: Path, version: int) -> None:
             (example,),
             str(path),
             dynamo=False,
-            opset_version=OPSET,
+            opset_version=opset,
             input_names=["image"],
             output_names=["logits"],
             dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}},
@@ -197,6 +197,11 @@ def export_onnx(model: nn.Module, path: Path, version: int) -> None:
             do_constant_folding=False,
             external_data=False,
         )
+
+
+def export_onnx(model: nn.Module, path: Path, version: int) -> None:
+    """Export the model to a self-contained ONNX file with a symbolic batch dim."""
+    export_keeping_batchnorm(model, path, IMAGE_SIZE, OPSET)
     proto = onnx.load(str(path))
     proto.doc_string = f"digits-cnn v{version}: 32x32 RGB digits -> 10 logits"
     onnx.helper.set_model_props(proto, {"name": "digits-cnn", "version": str(version)})

@@ -24,8 +24,8 @@ images, no labels).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -121,24 +121,10 @@ def build_model() -> nn.Module:
 
 def export_onnx(model: nn.Module, path: Path) -> None:
     """Export to ONNX opset 17 with a symbolic batch, BatchNormalization nodes kept."""
-    example = torch.zeros(2, 3, IMAGE_SIZE, IMAGE_SIZE)
-    # As in make_demo_assets.py: the legacy exporter, constant folding off, so that
-    # BatchNormalization stays in the graph for the compilers to fuse.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            model,
-            (example,),
-            str(path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=["image"],
-            output_names=["logits"],
-            dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}},
-            training=torch.onnx.TrainingMode.EVAL,
-            do_constant_folding=False,
-            external_data=False,
-        )
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by bench/run.py
+    from make_demo_assets import export_keeping_batchnorm
+
+    export_keeping_batchnorm(model, path, IMAGE_SIZE, OPSET)
     proto = onnx.load(str(path))
     proto.doc_string = f"resnet18 (random weights): 224x224 RGB -> 1000 logits. {NOTES}"
     onnx.checker.check_model(proto, full_check=True)
