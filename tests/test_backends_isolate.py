@@ -270,3 +270,17 @@ def test_a_failure_the_backend_already_classified_is_not_prefixed_twice():
 
     failure = CompileFailure("out_of_memory", "out_of_memory: the builder ran out of memory")
     assert str(failure) == "out_of_memory: the builder ran out of memory"
+
+
+def test_a_calibration_cache_survives_the_trip_out_of_the_child(tmp_path):
+    from workers.backends.base import CompileResult
+    from workers.backends.isolate import compile_result_json
+
+    built = CompileResult(
+        artifact=tmp_path / "engine.plan", calibration_cache=tmp_path / "calibration.cache"
+    )
+
+    back = compile_result_from_json(compile_result_json(built))
+
+    assert back.calibration_cache == tmp_path / "calibration.cache"
+    assert back.timing_cache is None

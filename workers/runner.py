@@ -43,10 +43,15 @@ EXPORT_ARTIFACT = "onnx"
 # The names of a compile job's artifacts, and of the input that carries an engine.
 ENGINE_ARTIFACT = "engine"
 TIMING_CACHE_ARTIFACT = "timing_cache"
+CALIBRATION_CACHE_ARTIFACT = "calibration_cache"
 ENGINE_INPUT = "engine"
 # The inputs a compile job may carry besides its model, passed on to the backend.
 TIMING_CACHE_INPUT = "timing_cache"
 CALIBRATION_INPUT = "calibration"
+# An earlier INT8 build's calibration cache: it goes into the build folder, where TensorRT's
+# calibrator reads it instead of calibrating again.
+CALIBRATION_CACHE_INPUT = "calibration_cache"
+CALIBRATION_CACHE_FILE = "calibration.cache"
 # A compile and the first load of what it built each run in a child process, under this limit.
 DEFAULT_COMPILE_TIMEOUT = 1800
 COMPILE_FUNCTION = "workers.backends.isolate.compile_backend"
@@ -467,6 +472,9 @@ def _build(job_run, backend, build_config, source, inputs):
     files = {name: inputs.get(name) for name in (TIMING_CACHE_INPUT, CALIBRATION_INPUT)}
     if files[CALIBRATION_INPUT]:
         job_run.log.add("the build gets the calibration input")
+    if cached := inputs.get(CALIBRATION_CACHE_INPUT):
+        shutil.copyfile(cached, build_dir / CALIBRATION_CACHE_FILE)
+        job_run.log.add("the build starts from a stored calibration cache: no calibration pass")
     kwargs = {
         "backend": backend.name,
         "source": str(source),
@@ -534,12 +542,15 @@ def _build_config(params):
 
 
 def _upload_build(job_run, built):
-    """Upload the engine and the timing cache (if any); return their result fields."""
-    cache = built.timing_cache
+    """Upload the engine and its caches (if any); return their result fields."""
+    cache, calibration = built.timing_cache, built.calibration_cache
     return {
         "artifact": ENGINE_ARTIFACT,
         "artifact_sha256": job_run.upload(ENGINE_ARTIFACT, built.artifact),
         "timing_cache_sha256": job_run.upload(TIMING_CACHE_ARTIFACT, cache) if cache else None,
+        "calibration_cache_sha256": (
+            job_run.upload(CALIBRATION_CACHE_ARTIFACT, calibration) if calibration else None
+        ),
     }
 
 

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from deployhub.devices.models import Device
 from deployhub.engines import signing
 from deployhub.engines.actions import (
+    calibration_cache_for,
     calibration_of,
     compatibility,
     evaluation_dataset_of,
@@ -144,6 +145,10 @@ def _inputs(job, device=None):
         inputs["timing_cache"] = _file_input(
             job, "timing_cache", cache.sha256, cache.size, "timing.cache"
         )
+    if device is not None and (cache := calibration_cache_for(job, device)):
+        inputs["calibration_cache"] = _file_input(
+            job, "calibration_cache", cache.sha256, cache.size, "calibration.cache"
+        )
     return inputs
 
 
@@ -248,6 +253,8 @@ def job_input(request, device, job_id, name):
         return _attachment(dataset.file.name, "calibration.npz")
     if name == "timing_cache" and (cache := timing_cache_for(job, device)):
         return _attachment(cache.file.name, "timing.cache")
+    if name == "calibration_cache" and (cache := calibration_cache_for(job, device)):
+        return _attachment(cache.file.name, "calibration.cache")
     return error(404, f"This job has no input named {name!r}.")
 
 

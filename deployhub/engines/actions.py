@@ -10,10 +10,11 @@ import hashlib
 from django.core.files.storage import default_storage
 from django.db import transaction
 
-from deployhub.engines.models import Engine, EngineStatus, TimingCache
+from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
 from deployhub.engines.signing import sign
 from deployhub.jobs.errors import ResultRejected
 from deployhub.teams.models import Event
+from workers.backends import tensorrt_plan
 from workers.backends.base import compat_key, describe_differences, differences, digest
 from workers.backends.registry import BACKENDS
 from workers.errors import JobError
@@ -168,6 +169,53 @@ def timing_cache_for(job, device):
     return TimingCache.objects.filter(device_class=job.device_class, compat_key=key).first()
 
 
+def calibration_key(job, tensorrt_version):
+    """Return the key of the calibration cache a TensorRT INT8 compile job uses, or None."""
+    params = job.params
+    if job.kind != "compile" or params.get("backend") != "tensorrt" or not tensorrt_version:
+        return None
+    build_config = params.get("build_config") or {}
+    dataset = calibration_of(job)
+    if dataset is None or not tensorrt_plan.needs_calibration(build_config):
+        return None
+    samples = tensorrt_plan.resolved(build_config)["calibration_samples"]
+    fields = tensorrt_plan.calibration_fields(
+        tensorrt_version, job.model_version.sha256, dataset.sha256, samples
+    )
+    return compat_key("tensorrt", fields)
+
+
+def calibration_cache_for(job, device):
+    """Return the calibration cache a TensorRT INT8 build on this device can start from."""
+    key = calibration_key(job, _tensorrt_version(device.fingerprint))
+    return CalibrationCache.objects.filter(key=key).first() if key else None
+
+
+def _tensorrt_version(fingerprint):
+    return ((fingerprint or {}).get("tensorrt") or {}).get("version")
+
+
+def _store_calibration_cache(job, fingerprint, result):
+    if not result.get("calibration_cache_sha256"):
+        return
+    version = _tensorrt_version(fingerprint)
+    key = calibration_key(job, version)
+    if key is None:
+        raise ResultRejected("A calibration cache came back from a build that calibrates nothing.")
+    artifact = _artifact(job, "calibration_cache", result["calibration_cache_sha256"])
+    CalibrationCache.objects.update_or_create(
+        key=key,
+        defaults={
+            "model_version": job.model_version,
+            "dataset": calibration_of(job),
+            "tensorrt_version": version,
+            "file": artifact.file.name,
+            "sha256": artifact.sha256,
+            "size": artifact.size,
+        },
+    )
+
+
 def _artifact(job, name, sha256):
     artifact = job.artifacts.filter(attempt=job.attempt, name=name).last()
     if artifact is None:
@@ -196,6 +244,7 @@ def record_engine(job, result):
     key, fields = key_for(backend, build_config, fingerprint)
     artifact = _artifact(job, "engine", result.get("artifact_sha256"))
     _store_timing_cache(job, key, result)
+    _store_calibration_cache(job, fingerprint, result)
     lookup = {
         "model_version": job.model_version,
         "backend": backend,

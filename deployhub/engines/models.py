@@ -107,6 +107,28 @@ class TimingCache(models.Model):
         return f"timing cache of {self.device_class} ({self.compat_key[:20]}…)"
 
 
+class CalibrationCache(models.Model):
+    """TensorRT INT8 scales for one model, dataset and TensorRT version, reused by later builds.
+
+    The key is tensorrt_plan.calibration_fields made a compat key: the scales do
+    not depend on the GPU, so every device of that TensorRT version shares them.
+    """
+
+    model_version = models.ForeignKey(
+        "registry.ModelVersion", on_delete=models.CASCADE, related_name="calibration_caches"
+    )
+    dataset = models.ForeignKey("registry.Dataset", null=True, on_delete=models.SET_NULL)
+    key = models.CharField(max_length=120, unique=True)
+    tensorrt_version = models.CharField(max_length=40)
+    file = models.FileField(max_length=255)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"calibration cache of {self.model_version} (TensorRT {self.tensorrt_version})"
+
+
 class AutoRunState(ChoiceSet):
     RUNNING = "running"
     DONE = "done"

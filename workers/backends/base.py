@@ -28,6 +28,7 @@ class CompileResult:
 
     artifact: Path
     timing_cache: Path | None = None
+    calibration_cache: Path | None = None  # INT8 scales (TensorRT), reusable across its GPUs
     log: str = ""
     tool_versions: dict = field(default_factory=dict)
     graph_report: dict | None = None  # nodes and operators before and after, what was fused

@@ -222,7 +222,9 @@ def compile_result_json(built):
     """Return a CompileResult as JSON-able values (paths as strings)."""
     data = asdict(built)
     data["artifact"] = str(built.artifact)
-    data["timing_cache"] = str(built.timing_cache) if built.timing_cache else None
+    for name in ("timing_cache", "calibration_cache"):
+        path = getattr(built, name)
+        data[name] = str(path) if path else None
     return data
 
 
@@ -231,6 +233,9 @@ def compile_result_from_json(data):
     return CompileResult(
         artifact=Path(data["artifact"]),
         timing_cache=Path(data["timing_cache"]) if data.get("timing_cache") else None,
+        calibration_cache=(
+            Path(data["calibration_cache"]) if data.get("calibration_cache") else None
+        ),
         log=data.get("log") or "",
         tool_versions=data.get("tool_versions") or {},
         graph_report=data.get("graph_report"),

@@ -13,7 +13,9 @@ the pure decisions in `tensorrt_plan`; the timing cache goes in and comes out;
 INT8 is calibrated from the version's dataset (IInt8EntropyCalibrator2) or
 taken from the model's Q/DQ nodes. The artifact is `engine.plan`; beside it in
 workdir are `timing.cache` (CompileResult.timing_cache) and, after an INT8
-calibration, `calibration.cache` (not in CompileResult yet). The hub puts
+calibration, `calibration.cache` (CompileResult.calibration_cache: the hub
+stores it and hands it to the next INT8 build of the same model, dataset and
+TensorRT version, which then skips calibrating). The hub puts
 the version's input-shape contract in the build config under "contract"
 (deployhub/engines/actions.py): a network with dynamic axes needs it.
 
@@ -212,11 +214,14 @@ class _Build:
         calibration = self.workdir / CALIBRATION_CACHE_FILE
         if calibration.exists():
             self.notes.append(f"calibration cache: {calibration.stat().st_size} bytes")
+        else:
+            calibration = None
         report = self._graph_report()
         self.report(1.0, "built")
         return CompileResult(
             artifact=engine,
             timing_cache=timing,
+            calibration_cache=calibration,
             log="".join(f"{line}\n" for line in self.notes + self.logger.lines),
             tool_versions={"tensorrt": self.trt.__version__},
             graph_report=report,
