@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from deployhub import views
+from deployhub.demo import views as demo_views
 from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
 from deployhub.jobs import views as job_views
@@ -19,6 +20,7 @@ urlpatterns = [
     path("account/tokens/<int:pk>/revoke", team_views.revoke_token, name="revoke_token"),
     path("models/", registry_views.models_list, name="models"),
     path("models/<int:pk>/", registry_views.model_detail, name="model_detail"),
+    path("models/samples/resnet18", demo_views.add_resnet18_sample, name="add_resnet18_sample"),
     path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
     path("versions/<int:pk>/results", registry_views.version_results, name="version_results"),
     path("versions/<int:pk>/benchmark", registry_views.version_benchmark, name="version_benchmark"),

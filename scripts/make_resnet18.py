@@ -8,13 +8,13 @@ DIR defaults to a new temporary folder. The bench (`bench/run.py bench_auto_mode
 imports write_resnet18() and generates the files at run time instead of keeping
 the ~45 MB ONNX file in the repository.
 
-The network is ResNet-18 as torchvision defines it (BasicBlock, [2, 2, 2, 2],
-64..512 channels, 224x224 RGB in, 1000 logits out), written here in plain torch
-because torchvision does not work with this torch. Its weights are random, from
-a fixed seed: the model is for latency only, its logits mean nothing. So that
-activations keep a sane scale through the 18 layers, as in a trained network,
-the BatchNorm running statistics are taken from one batch of random inputs;
-the model is then exported in eval mode, BatchNormalization nodes kept.
+The ONNX model is written by deployhub/demo/resnet18.py with onnx and numpy
+alone (the hub's "Add the ResNet-18 sample" uses the same code): ResNet-18 as
+torchvision defines it, random weights from a fixed seed, BatchNorm statistics
+from one batch of random images, BatchNormalization nodes kept. This script
+also loads those weights into the same network written in plain torch
+(torchvision does not work with this torch), the PyTorch eager baseline the
+bench compares against; `--check` runs both on the same images.
 
 Writes resnet18.onnx (input `image` [N, 3, 224, 224], output `logits`
 [N, 1000], opset 17) and resnet18_inputs.npz (`inputs`: random-normal float32
@@ -29,18 +29,18 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
 from torch import nn
 
-SEED = 20240618
-IMAGE_SIZE = 224
-NUM_CLASSES = 1000
-OPSET = 17
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for deployhub
+from deployhub.demo import resnet18 as pure  # noqa: E402
+
+SEED = pure.SEED
+IMAGE_SIZE = pure.IMAGE_SIZE
+NUM_CLASSES = pure.NUM_CLASSES
 # 100 samples: at the 99% agreement threshold one disagreement is allowed, none with 64.
 NUM_INPUTS = 100
-STATS_BATCH = 16
-NOTES = "ResNet-18 shape with random weights: for latency only, its predictions mean nothing."
+NOTES = pure.NOTES
 
 
 class BasicBlock(nn.Module):
@@ -100,57 +100,54 @@ class ResNet18(nn.Module):
 
 def random_images(count: int, seed: int) -> np.ndarray:
     """Return count random-normal float32 NCHW images."""
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((count, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
+    return pure.random_images(count, seed)
 
 
-def build_model() -> nn.Module:
-    """Return ResNet-18 with seeded random weights and BatchNorm statistics, in eval mode."""
-    torch.manual_seed(SEED)
+def eager_model(weights: dict) -> nn.Module:
+    """Return the torch ResNet-18 holding these weights, in eval mode."""
     model = ResNet18()
-    batch_norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for bn in batch_norms:
-        bn.momentum = None  # a cumulative average: one batch gives its own statistics
-    model.train()
-    with torch.no_grad():
-        model(torch.from_numpy(random_images(STATS_BATCH, SEED + 1)))
-    for bn in batch_norms:
-        bn.momentum = 0.1
+    state = {name: torch.from_numpy(array) for name, array in weights.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not name.endswith("num_batches_tracked") for name in missing):
+        raise RuntimeError(f"weights do not fit the network: {missing=} {unexpected=}")
     return model.eval()
-
-
-def export_onnx(model: nn.Module, path: Path) -> None:
-    """Export to ONNX opset 17 with a symbolic batch, BatchNormalization nodes kept."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by bench/run.py
-    from make_demo_assets import export_keeping_batchnorm
-
-    export_keeping_batchnorm(model, path, IMAGE_SIZE, OPSET)
-    proto = onnx.load(str(path))
-    proto.doc_string = f"resnet18 (random weights): 224x224 RGB -> 1000 logits. {NOTES}"
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save(proto, str(path))
 
 
 def write_resnet18(folder) -> tuple[Path, Path, nn.Module]:
     """Write resnet18.onnx and resnet18_inputs.npz into folder; return both paths and the model."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model = build_model()
+    weights = pure.resnet18_weights(SEED)
     onnx_path, npz_path = folder / "resnet18.onnx", folder / "resnet18_inputs.npz"
-    export_onnx(model, onnx_path)
+    pure.write_resnet18_onnx(onnx_path, weights)
     np.savez(npz_path, inputs=random_images(NUM_INPUTS, SEED + 2))
-    return onnx_path, npz_path, model
+    return onnx_path, npz_path, eager_model(weights)
+
+
+def max_difference(onnx_path: Path, model: nn.Module, images: np.ndarray) -> float:
+    """Return the largest |ONNX Runtime - PyTorch eager| logit on the images."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    ours = session.run(None, {"image": images})[0]
+    with torch.no_grad():
+        eager = model(torch.from_numpy(images)).numpy()
+    return float(np.abs(ours - eager).max())
 
 
 def main() -> None:
     """Write the model and its inputs, and print where they are."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="output folder (default: a new temporary one)")
+    parser.add_argument("--check", action="store_true", help="compare ONNX and eager outputs")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="resnet18-"))
-    onnx_path, npz_path, _ = write_resnet18(out)
+    onnx_path, npz_path, model = write_resnet18(out)
     print(onnx_path)
     print(npz_path)
+    if args.check:
+        images = random_images(4, SEED + 3)
+        print(f"max |ONNX Runtime - eager| logit: {max_difference(onnx_path, model, images):.2e}")
 
 
 if __name__ == "__main__":
