@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test bench lint format demo-assets clean
+.PHONY: run test bench bench-gpu lint format demo-assets clean
 .PRECIOUS: $(VENV)/.installed-%
 
 # `make run` needs the hub and a CPU worker; the tests also need torch (export jobs) and dev tools.
@@ -26,6 +26,10 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	scripts/ensure_services.sh
 	$(PY) bench/run.py
+
+# ResNet-50 on an NVIDIA GPU (needs torch with CUDA there); says NOT RUN anywhere else.
+bench-gpu: $(VENV)/.installed-test
+	$(PY) bench/gpu.py
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
