@@ -1,0 +1,99 @@
+"""Queue a parity check: validate the pack, store it, and send a parity job to a worker."""
+
+import math
+from pathlib import Path
+
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from deployhub.jobs.actions import submit_job
+from deployhub.jobs.models import JobKind
+from deployhub.parity.models import ParityRun, pack_upload_path
+from deployhub.parity.packs import check_pack
+from deployhub.registry.archives import check_filename
+from deployhub.registry.uploads import place, received, workspace
+from deployhub.teams.access import require_role
+from deployhub.teams.models import Event, Role
+from workers.parity import PackError, pack_format
+
+
+def default_device_class(team):
+    """Return the team's first device class with a worker online, else its first class."""
+    classes = list(team.device_classes.all())
+    online = [dc for dc in classes if dc.online_devices().exists()]
+    return (online or classes or [None])[0]
+
+
+def check_tolerance(value):
+    """Return a tolerance as a float (None for the default), or raise PackError."""
+    if value in (None, ""):
+        return None
+    try:
+        tolerance = float(value)
+    except (TypeError, ValueError):
+        tolerance = math.nan
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise PackError(f"tolerance must be a positive number, not {value!r}.")
+    return tolerance
+
+
+def submit_parity(version, uploaded_file, user, *, device_class=None, tolerance=None):
+    """Check a parity pack against the version, store it, queue a parity job; return the run."""
+    require_role(user, version.team, Role.ENGINEER)
+    if not version.preprocessing:
+        raise PackError(
+            f"{version} has no preprocessing spec to check: add one (as a new version) first."
+        )
+    device_class = device_class or default_device_class(version.team)
+    if device_class is None:
+        raise PackError("No device class to run the check on: create one and register a device.")
+    tolerance = check_tolerance(tolerance)
+    filename = check_filename(Path(uploaded_file.name or "").name)
+    if not filename.lower().endswith(".zip"):
+        raise PackError(f"{filename!r} is not a .zip. {pack_format()}")
+    with received(uploaded_file) as (path, sha256, size), workspace() as work:
+        facts = check_pack(path, version, work)
+        run = ParityRun(
+            model_version=version,
+            original_filename=filename,
+            sha256=sha256,
+            size=size,
+            samples=facts["samples"],
+            sample_names=facts["names"],
+            tolerance=tolerance,
+            created_by=user,
+        )
+        return _store(run, path, device_class)
+
+
+def _store(run, path, device_class):
+    """Place the pack and save the run with its queued job; remove a new file if that fails."""
+    run.file.name = pack_upload_path(run, "")
+    placed = place(path, run.file.name) and run.file.name
+    params = {"spec": run.model_version.preprocessing}
+    if run.tolerance is not None:
+        params["tolerance"] = run.tolerance
+    try:
+        with transaction.atomic():
+            run.job = submit_job(
+                team=run.team,
+                kind=JobKind.PARITY,
+                device_class=device_class,
+                user=run.created_by,
+                model_version=run.model_version,
+                params=params,
+            )
+            run.save()
+            Event.record(run.team, run.created_by, "parity.queued", run, job=run.job.pk)
+    except BaseException:
+        if placed:
+            default_storage.delete(placed)
+        raise
+    return run
+
+
+def no_worker_warning(device_class):
+    """Say so when no worker of the class is online (the job waits for one), else ""."""
+    if device_class.online_devices().exists():
+        return ""
+    return f"No worker of class {device_class} is online: the check waits until one connects."
