@@ -189,3 +189,173 @@ class Dataset(models.Model):
     @property
     def team(self):
         return self.model.team
+
+
+class GoldenFormat(ChoiceSet):
+    NPZ = "npz"
+    ONNX_PB = "onnx-pb"
+    CHOICES = (
+        (NPZ, ".npz arrays", "blue"),
+        (ONNX_PB, "ONNX test data (.pb)", "purple"),
+    )
+    EXTENSIONS = {NPZ: ".npz", ONNX_PB: ".zip"}
+
+
+def golden_upload_path(instance, filename):
+    extension = GoldenFormat.EXTENSIONS.get(instance.format, ".npz")
+    return f"golden/{instance.sha256[:2]}/{instance.sha256}{extension}"
+
+
+class GoldenSet(models.Model):
+    """Inputs and the outputs a version must give for them, within atol and rtol.
+
+    Stored as uploaded (workers/golden.py reads both formats). The default
+    tolerances pass a correct FP32 engine and fail a wrong one: see
+    deployhub/registry/golden.py.
+    """
+
+    model_version = models.ForeignKey(
+        ModelVersion, on_delete=models.CASCADE, related_name="golden_sets"
+    )
+    name = models.CharField(max_length=100)
+    file = models.FileField(upload_to=golden_upload_path, max_length=255)
+    original_filename = models.CharField(max_length=255, blank=True)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    format = models.CharField(max_length=20, choices=GoldenFormat.choices())
+    pairs = models.PositiveIntegerField()
+    input_names = models.JSONField(default=list)
+    output_names = models.JSONField(default=list, help_text="The outputs the pairs check.")
+    atol = models.FloatField(help_text="Absolute tolerance, as in np.isclose.")
+    rtol = models.FloatField(help_text="Relative tolerance, as in np.isclose.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model_version", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["model_version", "name"], name="golden_set_name_unique")
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.pairs} golden pairs)"
+
+    @property
+    def team(self):
+        return self.model_version.team
+
+    @property
+    def filename(self):
+        return f"golden{GoldenFormat.EXTENSIONS[self.format]}"
+
+    def latest_runs(self):
+        """Return the newest run of this set on each engine, newest first."""
+        return latest_per(self.runs.select_related("engine", "job"), "engine_id")
+
+
+def latest_per(runs, key):
+    """Keep the first run of each value of `key` from runs ordered newest first."""
+    seen, kept = set(), []
+    for run in runs:
+        if getattr(run, key) not in seen:
+            seen.add(getattr(run, key))
+            kept.append(run)
+    return kept
+
+
+class GoldenRun(models.Model):
+    """Whether an engine reproduced a golden set in an evaluate job, output by output."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="golden_run")
+    engine = models.ForeignKey(
+        "engines.Engine", on_delete=models.CASCADE, related_name="golden_runs"
+    )
+    golden_set = models.ForeignKey(GoldenSet, on_delete=models.CASCADE, related_name="runs")
+    passed = models.BooleanField()
+    reference_passed = models.BooleanField(
+        null=True, help_text="Whether the FP32 source reproduced the pairs in the same job."
+    )
+    pairs = models.PositiveIntegerField()
+    atol = models.FloatField()
+    rtol = models.FloatField()
+    outputs = models.JSONField(default=list, help_text="One report per checked output.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        verdict = "reproduced" if self.passed else "not reproduced"
+        return f"{self.golden_set.name} on {self.engine}: {verdict}"
+
+    @classmethod
+    def record(cls, job, result):
+        """Store the `golden` part of an evaluate result; refuse one that does not fit the set."""
+        from deployhub.jobs.errors import ResultRejected
+
+        golden_set = GoldenSet.objects.filter(
+            pk=(job.params.get("golden") or {}).get("set"), model_version=job.engine.model_version
+        ).first()
+        if golden_set is None:
+            raise ResultRejected("The golden set this job checked no longer exists.")
+        try:
+            outputs = [_output_report(output) for output in result["outputs"]]
+            reference = result.get("reference") or {}
+            run = cls(
+                job=job,
+                engine=job.engine,
+                golden_set=golden_set,
+                passed=all(output["passed"] for output in outputs),
+                reference_passed=reference.get("passed"),
+                pairs=int(result["pairs"]),
+                atol=float(result["atol"]),
+                rtol=float(result["rtol"]),
+                outputs=outputs,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultRejected(f"Malformed golden result: {exc!r}") from exc
+        reported = sorted(output["name"] for output in outputs)
+        if reported != sorted(golden_set.output_names):
+            raise ResultRejected(
+                f"The golden result reports the outputs {reported}; the set checks "
+                f"{sorted(golden_set.output_names)}."
+            )
+        run.save()
+        return run
+
+    @property
+    def failing(self):
+        """Names of the outputs the engine did not reproduce."""
+        return [output["name"] for output in self.outputs if not output["passed"]]
+
+    @property
+    def reason(self):
+        """Say why the engine fails this golden set ('' when it passed)."""
+        if self.passed:
+            return ""
+        names = ", ".join(self.failing)
+        return f"golden set {self.golden_set.name!r} not reproduced: {names}"
+
+
+# What a golden result reports of each output (workers/golden.py compare_output).
+OUTPUT_REPORT = {
+    "name": str,
+    "passed": bool,
+    "elements": int,
+    "mismatched": int,
+    "mismatched_fraction": float,
+    "max_abs_error": float,
+    "max_rel_error": float,
+    "nonfinite": int,
+}
+
+
+def _output_report(output):
+    """Return one output's report with its fields typed; raise KeyError or ValueError."""
+    report = {key: kind(output[key]) for key, kind in OUTPUT_REPORT.items()}
+    worst = output.get("worst_pair")
+    report["worst_pair"] = int(worst) if worst is not None else None
+    report["shape_error"] = str(output["shape_error"]) if output.get("shape_error") else ""
+    return report
