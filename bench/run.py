@@ -722,7 +722,70 @@ def bench_auto_mode():
     return rows
 
 
-BENCHES = [bench_job_pipeline, bench_upload_memory, bench_compile_reuse, bench_auto_mode]
+# Harness overhead: each side runs HARNESS_RUNS times per round, one right after the other
+# (which goes first alternates), for HARNESS_ROUNDS rounds; the figures are medians of the
+# per-round ratios, so a burst of load elsewhere spoils a few rounds, not the figure.
+HARNESS_RUNS, HARNESS_ROUNDS = 5000, 25
+
+
+def bench_harness_overhead():
+    """Rows: the benchmark harness against a bare timed session.run loop, on the demo model.
+
+    Same session, same feeds, same iteration count. The harness's wall time includes
+    everything it adds (settings, inputs, memory and GPU probes, statistics); its
+    median latency shows what its timing loop adds to each run.
+    """
+    import onnxruntime as ort
+
+    from workers.benchmark import benchmark_session, random_inputs
+
+    session = ort.InferenceSession(
+        str(DEMO_ASSETS / "digits_cnn_v2.onnx"), providers=["CPUExecutionProvider"]
+    )
+    run = partial(session.run, None, random_inputs(session.get_inputs(), 1))
+    runs_filling(run, 0)  # warms the session up
+    params = {"warmup_iterations": 0, "iterations": HARNESS_RUNS}
+
+    def harness():
+        started = time.perf_counter()
+        result = benchmark_session(lambda settings: session, params)
+        return time.perf_counter() - started, result["latency_ms"]["p50"] / 1000
+
+    def bare():
+        started = time.perf_counter()
+        samples = timed_runs(run, HARNESS_RUNS)
+        return time.perf_counter() - started, statistics.median(samples)
+
+    walls, medians = [], []
+    for round_ in range(HARNESS_ROUNDS):
+        sides = (harness, bare) if round_ % 2 else (bare, harness)
+        measured = {side: side() for side in sides}
+        walls.append(measured[harness][0] / measured[bare][0])
+        medians.append(measured[harness][1] / measured[bare][1])
+    what = f"demo model, {HARNESS_RUNS} runs, median of {HARNESS_ROUNDS} rounds"
+    return [
+        row(
+            f"harness vs bare session.run loop: wall time ({what})",
+            statistics.median(walls),
+            "×",
+            1.02,
+        ),
+        row(
+            "harness vs bare session.run loop: median latency per run",
+            statistics.median(medians),
+            "×",
+            1.02,
+        ),
+    ]
+
+
+BENCHES = [
+    bench_job_pipeline,
+    bench_upload_memory,
+    bench_compile_reuse,
+    bench_auto_mode,
+    bench_harness_overhead,
+]
 
 
 def main():

@@ -1,26 +1,51 @@
-"""Measure a model's latency, throughput and memory with ONNX Runtime.
+"""Measure a model's latency, throughput and memory, and say whether the figures can be trusted.
 
-The result has the shape of "Benchmark result" in docs/protocol.md.
+Every benchmark warms up, then measures one query at a time, back to back
+(MLPerf's single-stream scenario): that run gives latency_ms, cv, stability and
+throughput_ips. The server and offline scenarios, a batch-size sweep and, on a
+GPU, compute time without host copies are measured after it on the same
+session. The result has the shape of "Benchmark result" in docs/protocol.md.
 """
 
+import math
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 import psutil
 
+from workers import fingerprint as fingerprints
+from workers import gpu_timing, server_scenario
 from workers.errors import Cancelled, JobError
+from workers.latency import (
+    DEFAULT_CV_THRESHOLD,
+    DEFAULT_DRIFT_THRESHOLD,
+    coefficient_of_variation,
+    latency_summary,
+    stability,
+)
 
 BYTES_PER_MB = 2**20
 RSS_SAMPLE_SECONDS = 0.005
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 PROC_STATUS = Path("/proc/self/status")
-# Progress is reported (and the loop leaves its tight inner part) this many times per phase.
+# Progress is reported (and should_stop checked) between chunks of runs: about this many
+# chunks per phase, none longer than MAX_CHUNK_NS, so a cancel is seen within ~0.1 s.
 PROGRESS_STEPS = 50
-WARMUP_SHARE = 0.1
+MAX_CHUNK_NS = 100_000_000
+# A duration-bound measurement runs at least this many times, whatever its duration.
+MIN_ITERATIONS = 10
+# Each size of a batch sweep warms up for this share of sweep_duration_s (and 3 runs).
+SWEEP_WARMUP_SHARE, SWEEP_WARMUP_RUNS = 0.2, 3
+# Without target_qps the server scenario offers half the single-stream capacity.
+DEFAULT_LOAD = 0.5
+SCENARIOS = ("single-stream", "server", "offline")
+MAX_SWEEP_SIZES = 16
 # ONNX Runtime's type strings, mapped to the numpy dtypes we feed.
 DTYPES = {
     "tensor(float)": np.float32,
@@ -34,69 +59,224 @@ DTYPES = {
 
 @dataclass(frozen=True)
 class Settings:
-    """The conditions a benchmark runs under, read from the job's params."""
+    """The conditions a benchmark runs under, read from the job's params (None: not given)."""
 
     batch_size: int = 1
-    warmup_iterations: int = 10
-    iterations: int = 100
+    warmup_s: float = 1.0
+    duration_s: float = 3.0
+    warmup_iterations: int | None = None
+    iterations: int | None = None
+    max_iterations: int = 100_000
     intra_op_threads: int = 0
     seed: int = 0
     provider: str = "CPUExecutionProvider"
+    scenario: str = "single-stream"
+    target_qps: float | None = None
+    budget_ms: float | None = None
+    search_s: float = 10.0
+    samples: int | None = None
+    batch_sizes: tuple | None = None
+    sweep_duration_s: float = 1.0
+    cv_threshold: float = DEFAULT_CV_THRESHOLD
+    drift_threshold: float = DEFAULT_DRIFT_THRESHOLD
+    cuda_graphs: bool = False
+
+
+# How each numeric param is read: (type, smallest value, whether the smallest is allowed).
+NUMBERS = {
+    "batch_size": (int, 1, True),
+    "warmup_s": (float, 0, True),
+    "duration_s": (float, 0, False),
+    "warmup_iterations": (int, 0, True),
+    "iterations": (int, 1, True),
+    "max_iterations": (int, 1, True),
+    "intra_op_threads": (int, 0, True),
+    "seed": (int, 0, True),
+    "target_qps": (float, 0, False),
+    "budget_ms": (float, 0, False),
+    "search_s": (float, 0, False),
+    "samples": (int, 1, True),
+    "sweep_duration_s": (float, 0, False),
+    "cv_threshold": (float, 0, False),
+    "drift_threshold": (float, 0, False),
+}
+# Params that mean something in one scenario only: given with another, the job fails.
+SCENARIO_PARAMS = {"target_qps": "server", "budget_ms": "server", "samples": "offline"}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """When a timed phase ends: after `iterations` runs, or after `seconds` (bounded runs)."""
+
+    iterations: int | None = None
+    seconds: float = 0.0
+    min_iterations: int = 0
+    max_iterations: int = 100_000
+
+    def next_chunk(self, done, elapsed_ns):
+        """Return how many runs the next chunk has; 0 when the phase is over."""
+        left = self._left(done, elapsed_ns)
+        if left <= 0 or done == 0:  # the first run alone: it tells how long one takes
+            return max(0, min(left, 1))
+        per_run = elapsed_ns / done
+        if self.iterations is not None:
+            size = min(max(1, self.iterations // PROGRESS_STEPS), int(MAX_CHUNK_NS / per_run))
+        else:
+            remaining = self.seconds * 1e9 - elapsed_ns
+            size = int(min(MAX_CHUNK_NS, self.seconds * 1e9 / PROGRESS_STEPS, remaining) / per_run)
+        return max(1, min(left, size))
+
+    def _left(self, done, elapsed_ns):
+        """Return how many more runs the phase may take."""
+        if self.iterations is not None:
+            return self.iterations - done
+        if elapsed_ns < self.seconds * 1e9:
+            return self.max_iterations - done
+        return min(self.max_iterations, self.min_iterations) - done
+
+    def fraction(self, done, elapsed_ns):
+        """Return how far through the phase it is, 0..1."""
+        if self.iterations is not None:
+            return done / self.iterations if self.iterations else 1.0
+        return min(1.0, elapsed_ns / (self.seconds * 1e9)) if self.seconds else 1.0
+
+
+class Progress:
+    """Map each phase's own 0..1 progress onto its share of the whole benchmark."""
+
+    def __init__(self, report, weights):
+        total = sum(weights.values()) or 1.0
+        self.report, self.spans, start = report, {}, 0.0
+        for phase, weight in weights.items():
+            self.spans[phase] = (start / total, (start + weight) / total)
+            start += weight
+
+    def phase(self, phase, message, part=0, parts=1):
+        """Report the start of (a part of) a phase; return its fraction -> report callback."""
+        self.at(phase, part / parts, message)
+        return lambda fraction: self.at(phase, (part + min(1.0, fraction)) / parts, message)
+
+    def at(self, phase, fraction, message):
+        """Report being `fraction` (0..1) through a phase."""
+        start, end = self.spans[phase]
+        self.report(start + min(1.0, fraction) * (end - start), message)
+
+
+@dataclass
+class Bench:
+    """One benchmark under way: what it runs, under which settings, and whom it tells."""
+
+    session: object
+    settings: Settings
+    progress: Progress
+    should_stop: object
+    metas: list
+    feeds: dict
+
+    def call(self, feeds=None):
+        """Return a zero-argument call running the session once on feeds (default: the batch)."""
+        return partial(self.session.run, None, self.feeds if feeds is None else feeds)
+
+    def timed(self, call, goal, phase, message, part=0, parts=1):
+        """Time call() until the goal in a phase; return (samples ns, wall s)."""
+        report = self.progress.phase(phase, message, part, parts)
+        return measure(call, goal, report, self.should_stop)
 
 
 def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, preoptimized=False):
     """Benchmark an ONNX model with ONNX Runtime and return the result dict.
 
-    progress(fraction, message) is called at phase changes and about every 2%
-    of the iterations; should_stop() is checked between iterations and makes
-    the benchmark raise Cancelled when it returns True. A preoptimized model
-    (an onnxruntime engine) is loaded with graph optimisations off: it had them.
+    progress(fraction, message) is called at phase changes and between chunks of
+    runs; should_stop() is checked between chunks and makes the benchmark raise
+    Cancelled when it returns True. A preoptimized model (an onnxruntime engine)
+    is loaded with graph optimisations off: it had them.
     """
     return benchmark_session(
         lambda settings: _create_session(model_path, settings, preoptimized),
         params,
         progress,
         should_stop,
+        make_graph_session=lambda settings: _create_session(
+            model_path, settings, preoptimized, cuda_graphs=True
+        ),
     )
 
 
-def benchmark_session(make_session, params, progress=None, should_stop=None):
+def benchmark_session(
+    make_session, params, progress=None, should_stop=None, make_graph_session=None
+):
     """Benchmark whatever make_session(settings) loads: anything with ONNX Runtime's
-    run(None, feeds), get_inputs() and get_providers() (another backend's engine too)."""
+    run(None, feeds), get_inputs() and get_providers() (another backend's engine too).
+
+    make_graph_session(settings), for an ONNX Runtime model, loads it again with
+    CUDA graphs on (the cuda_graphs param).
+    """
     settings = read_settings(params)
-    report = progress or _ignore_progress
-    stop = should_stop or _never
-    report(0.0, "loading model")
-    with PeakRss() as rss:
-        session = make_session(settings)
-        feeds = random_inputs(session.get_inputs(), settings.batch_size, settings.seed)
-        report(0.0, "warm-up")
-        warmup = _phase(report, 0.0, WARMUP_SHARE, "warm-up")
-        _run_phase(session, feeds, settings.warmup_iterations, warmup, stop)
-        report(WARMUP_SHARE, "measuring")
-        measure = _phase(report, WARMUP_SHARE, 1.0, "measuring")
-        samples = _run_phase(session, feeds, settings.iterations, measure, stop)
-    report(1.0, "done")
-    return _result(settings, session.get_providers()[0], samples, rss)
+    plan = Progress(progress or _ignore_progress, phase_weights(settings))
+    plan.phase("load", "loading model")
+    gpu = gpu_timing.GpuMonitor()
+    try:
+        with PeakRss() as rss:
+            session = make_session(settings)
+            provider = session.get_providers()[0]
+            bench = _prepare(session, settings, plan, should_stop or _never)
+            on_gpu = gpu.begin(session, provider)
+            _check_gpu_options(settings, on_gpu, session, make_graph_session)
+            measured = _run_scenarios(bench, on_gpu, make_graph_session)
+            measured["gpu"] = (
+                gpu.result(measured["latency"], measured["compute"], settings.cuda_graphs)
+                if on_gpu
+                else None
+            )
+    finally:
+        gpu.close()
+    plan.report(1.0, "done")
+    return _result(bench, provider, measured, rss)
 
 
 def read_settings(params):
-    """Return the benchmark Settings from a job's params, checking their ranges."""
-    params = params or {}
-    defaults = Settings()
-    settings = Settings(
-        batch_size=int(params.get("batch_size", defaults.batch_size)),
-        warmup_iterations=int(params.get("warmup_iterations", defaults.warmup_iterations)),
-        iterations=int(params.get("iterations", defaults.iterations)),
-        intra_op_threads=int(params.get("intra_op_threads", defaults.intra_op_threads)),
-        seed=int(params.get("seed", defaults.seed)),
-        provider=str(params.get("provider", defaults.provider)),
-    )
-    _check_at_least(settings.batch_size, 1, "batch_size")
-    _check_at_least(settings.iterations, 1, "iterations")
-    _check_at_least(settings.warmup_iterations, 0, "warmup_iterations")
-    _check_at_least(settings.intra_op_threads, 0, "intra_op_threads")
+    """Return the benchmark Settings from a job's params, checking their types and ranges."""
+    params = {name: value for name, value in (params or {}).items() if value is not None}
+    values = {name: _number(name, params[name]) for name in NUMBERS if name in params}
+    for name in ("provider", "scenario"):
+        if name in params:
+            values[name] = str(params[name])
+    if "batch_sizes" in params:
+        values["batch_sizes"] = _batch_sizes(params["batch_sizes"])
+    if "cuda_graphs" in params:
+        values["cuda_graphs"] = _flag("cuda_graphs", params["cuda_graphs"])
+    settings = Settings(**values)
+    _check_scenario(settings, params)
     return settings
+
+
+def phase_weights(settings):
+    """Return each phase's expected share of the benchmark (in about-seconds)."""
+    measuring = settings.duration_s
+    warmup = settings.warmup_s if settings.warmup_iterations is None else 0.1 * measuring
+    on_gpu = settings.provider in gpu_timing.GPU_PROVIDERS  # compute is timed on ORT's only
+    weights = {"load": 0.0, "warm-up": warmup, "measuring": measuring}
+    weights["gpu"] = warmup + measuring if on_gpu else 0.0
+    if settings.batch_sizes:
+        weights["sweep"] = len(settings.batch_sizes) * settings.sweep_duration_s * 1.2
+    if settings.scenario == "server":
+        weights["server"] = measuring
+        weights["search"] = settings.search_s if settings.budget_ms else 0.0
+    if settings.scenario == "offline":
+        weights["offline"] = measuring
+    return weights
+
+
+def measure(call, goal, report, should_stop):
+    """Run call() in chunks until the goal; return (each run's duration in ns, wall time in s)."""
+    clock = time.perf_counter_ns
+    samples, started = [], clock()
+    while count := goal.next_chunk(len(samples), clock() - started):
+        if should_stop():
+            raise Cancelled("the benchmark was stopped")
+        samples += _timed_runs(call, count)
+        report(goal.fraction(len(samples), clock() - started))
+    return samples, (clock() - started) / 1e9
 
 
 def random_inputs(input_metas, batch_size, seed=0):
@@ -125,25 +305,14 @@ def input_shape(meta, batch_size):
     return shape
 
 
-def latency_summary(samples_ns):
-    """Return min, p50, p90, p95, p99, max, mean and std in milliseconds.
-
-    Percentiles interpolate linearly between samples (numpy's default method);
-    std is the population standard deviation.
-    """
-    ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
-    p50, p90, p95, p99 = np.percentile(ms, [50, 90, 95, 99], method="linear")
-    values = {
-        "min": ms.min(),
-        "p50": p50,
-        "p90": p90,
-        "p95": p95,
-        "p99": p99,
-        "max": ms.max(),
-        "mean": ms.mean(),
-        "std": ms.std(),
+def host_info(session, settings):
+    """Return the CPU model, logical CPU count and intra-op threads the run used."""
+    cpu_model, logical_cpus, physical_cores = _cpu_facts()
+    return {
+        "cpu_model": cpu_model,
+        "logical_cpus": logical_cpus,
+        "intra_op_threads": _threads_used(session, settings, physical_cores),
     }
-    return {name: float(value) for name, value in values.items()}
 
 
 class PeakRss:
@@ -206,6 +375,295 @@ class RssSampler:
         self.peak = max(self.peak, self.process.memory_info().rss)
 
 
+def _prepare(session, settings, plan, should_stop):
+    """Return the Bench for a loaded session, refusing batch sizes it cannot take up front."""
+    metas = list(session.get_inputs())
+    for size in settings.batch_sizes or ():
+        _check_sweep_size(metas, size)
+    feeds = random_inputs(metas, settings.batch_size, settings.seed)
+    return Bench(session, settings, plan, should_stop, metas, feeds)
+
+
+def _run_scenarios(bench, on_gpu, make_graph_session):
+    """Warm up, measure single-stream, then what the settings add; return the figures by part."""
+    settings = bench.settings
+    warmup, warmup_s = bench.timed(bench.call(), _warmup_goal(settings), "warm-up", "warm-up")
+    samples, duration_s = bench.timed(
+        bench.call(), _measure_goal(settings), "measuring", "measuring"
+    )
+    latency = latency_summary(samples)
+    measured = {"warmup": (len(warmup), warmup_s), "samples": samples, "latency": latency}
+    measured["duration_s"] = duration_s
+    measured["compute"] = _compute_ms(bench, make_graph_session) if on_gpu else None
+    measured["batch_sweep"] = _batch_sweep(bench) if settings.batch_sizes else None
+    measured["server"] = _server(bench, latency) if settings.scenario == "server" else None
+    measured["offline"] = _offline(bench) if settings.scenario == "offline" else None
+    return measured
+
+
+def _warmup_goal(settings):
+    """Return the warm-up's goal: warmup_iterations when given, else warmup_s."""
+    if settings.warmup_iterations is not None:
+        return Goal(iterations=settings.warmup_iterations)
+    return Goal(seconds=settings.warmup_s, min_iterations=1 if settings.warmup_s else 0)
+
+
+def _measure_goal(settings, seconds=None):
+    """Return a measurement's goal: iterations when given, else the duration (bounded runs)."""
+    if settings.iterations is not None and seconds is None:
+        return Goal(iterations=settings.iterations)
+    return Goal(
+        seconds=settings.duration_s if seconds is None else seconds,
+        min_iterations=min(MIN_ITERATIONS, settings.max_iterations),
+        max_iterations=settings.max_iterations,
+    )
+
+
+def _compute_ms(bench, make_graph_session):
+    """Time the session on inputs bound once on the GPU; return its latency summary or None.
+
+    Only an ONNX Runtime session has IO binding; another backend's engine copies
+    its inputs inside infer(), so its compute time cannot be told apart here.
+    """
+    if not hasattr(bench.session, "io_binding"):
+        return None
+    outputs = bench.session.run(None, bench.feeds)
+    session = make_graph_session(bench.settings) if bench.settings.cuda_graphs else bench.session
+    call = gpu_timing.device_call(session, bench.feeds, outputs)
+    what = "CUDA graph replays" if bench.settings.cuda_graphs else "compute (IO binding)"
+    bench.timed(call, _warmup_goal(bench.settings), "gpu", f"warm-up, {what}", 0, 4)
+    samples, _ = bench.timed(call, _measure_goal(bench.settings), "gpu", what, 1, 4)
+    return latency_summary(samples)
+
+
+def _batch_sweep(bench):
+    """Measure single-stream at each of the sweep's batch sizes; return a row per size."""
+    settings, sizes = bench.settings, bench.settings.batch_sizes
+    rows = []
+    for part, size in enumerate(sizes):
+        call = bench.call(random_inputs(bench.metas, size, settings.seed))
+        warmup = Goal(
+            seconds=settings.sweep_duration_s * SWEEP_WARMUP_SHARE,
+            min_iterations=SWEEP_WARMUP_RUNS,
+            max_iterations=settings.max_iterations,
+        )
+        bench.timed(call, warmup, "sweep", f"batch {size}, warm-up", 2 * part, 2 * len(sizes))
+        goal = _measure_goal(settings, seconds=settings.sweep_duration_s)
+        samples, _ = bench.timed(call, goal, "sweep", f"batch {size}", 2 * part + 1, 2 * len(sizes))
+        latency = latency_summary(samples)
+        rows.append(
+            {
+                "batch_size": size,
+                "latency_ms": latency,
+                "throughput_ips": size * 1000 / latency["mean"],
+                "cv": coefficient_of_variation(latency),
+            }
+        )
+    return rows
+
+
+def _server(bench, single_stream):
+    """Serve a Poisson load at target_qps and, given budget_ms, search the highest rate in it."""
+    settings = bench.settings
+    capacity = 1000 / single_stream["mean"]  # queries per second, served one at a time
+    target = settings.target_qps or round(capacity * DEFAULT_LOAD, 3)
+    report = bench.progress.phase("server", f"server at {target:.4g} qps")
+    run = server_scenario.server_run(
+        bench.call(),
+        target,
+        None if settings.iterations else settings.duration_s,
+        bench.should_stop,
+        report,
+        seed=settings.seed,
+        queries=settings.iterations,
+        max_queries=settings.max_iterations,
+    )
+    best, tried = _search(bench, capacity * DEFAULT_LOAD) if settings.budget_ms else (None, [])
+    return {
+        "target_qps": target,
+        "achieved_qps": run["achieved_qps"],
+        "latency_ms": run["latency_ms"],
+        "budget_ms": settings.budget_ms,
+        "max_qps_in_budget": best,
+        "tried": tried,
+    }
+
+
+def _search(bench, start_qps):
+    """Return (highest rate whose p99 met budget_ms, rates tried), within search_s."""
+    settings, call = bench.settings, bench.call()
+    started = time.monotonic()
+    budget = f"{settings.budget_ms:g} ms"
+
+    def try_rate(qps):
+        spent = time.monotonic() - started
+        seconds = server_scenario.trial_seconds(qps, settings.search_s - spent)
+        message = f"server at {qps:.4g} qps (p99 within {budget}?)"
+        return server_scenario.server_run(
+            call,
+            round(qps, 3),
+            seconds,
+            bench.should_stop,
+            lambda fraction: bench.progress.at(
+                "search", (spent + fraction * seconds) / settings.search_s, message
+            ),
+            seed=settings.seed,
+            max_queries=settings.max_iterations,
+        )
+
+    return server_scenario.search_max_qps(
+        try_rate, settings.budget_ms, start_qps, settings.search_s
+    )
+
+
+def _offline(bench):
+    """Run every sample in batches, back to back; return the samples, wall time and throughput."""
+    settings = bench.settings
+    if settings.samples is not None:
+        goal = Goal(iterations=math.ceil(settings.samples / settings.batch_size))
+    else:
+        goal = _measure_goal(settings, seconds=settings.duration_s)
+    runs, wall_s = bench.timed(bench.call(), goal, "offline", "offline")
+    samples = len(runs) * settings.batch_size
+    return {"samples": samples, "wall_s": wall_s, "throughput_ips": samples / wall_s}
+
+
+def _check_gpu_options(settings, on_gpu, session, make_graph_session):
+    """Refuse cuda_graphs where they cannot run: off the GPU, or for another backend's engine."""
+    if settings.cuda_graphs and not (
+        on_gpu and hasattr(session, "io_binding") and make_graph_session
+    ):
+        raise JobError(
+            "cuda_graphs needs an ONNX Runtime model or engine on CUDAExecutionProvider or "
+            f"TensorrtExecutionProvider; this benchmark runs on {session.get_providers()[0]}"
+        )
+
+
+def _create_session(model_path, settings, preoptimized=False, cuda_graphs=False):
+    """Create an ONNX Runtime session with the requested threads and provider."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = settings.intra_op_threads
+    if preoptimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    providers = [gpu_timing.provider_entry(settings.provider, cuda_graphs)]
+    return ort.InferenceSession(str(model_path), options, providers=providers)
+
+
+def _timed_runs(call, count):
+    """Time `count` runs back to back; this loop is what the benchmark measures."""
+    clock = time.perf_counter_ns
+    samples = [0] * count
+    for index in range(count):
+        started = clock()
+        call()
+        samples[index] = clock() - started
+    return samples
+
+
+def _result(bench, provider, measured, rss):
+    """Return the benchmark result in the protocol's field order."""
+    settings, samples, latency = bench.settings, measured["samples"], measured["latency"]
+    verdict = stability(samples, settings.cv_threshold, settings.drift_threshold, latency)
+    warmup_iterations, warmup_s = measured["warmup"]
+    return {
+        "backend": _backend_name(bench.session),
+        "provider": provider,
+        "batch_size": settings.batch_size,
+        "intra_op_threads": settings.intra_op_threads,
+        "scenario": settings.scenario,
+        "warmup_iterations": warmup_iterations,
+        "warmup_s": warmup_s,
+        "iterations": len(samples),
+        "duration_s": measured["duration_s"],
+        "latency_ms": latency,
+        "cv": verdict["cv"],
+        "stability": verdict,
+        "throughput_ips": settings.batch_size * 1000 / latency["mean"],
+        "server": measured["server"],
+        "offline": measured["offline"],
+        "batch_sweep": measured["batch_sweep"],
+        "peak_rss_mb": rss.peak / BYTES_PER_MB,
+        "rss_growth_mb": (rss.peak - rss.baseline) / BYTES_PER_MB,
+        "host": host_info(bench.session, settings),
+        "gpu": measured["gpu"],
+    }
+
+
+def _backend_name(session):
+    """Return the backend that ran: another backend's engine names itself, else onnxruntime."""
+    backend = getattr(session, "backend", None)
+    return getattr(backend, "name", None) or "onnxruntime"
+
+
+@cache
+def _cpu_facts():
+    """Return this host's CPU model, logical CPU count and physical core count (read once)."""
+    logical = os.cpu_count()
+    return fingerprints._cpu()["model"], logical, psutil.cpu_count(logical=False) or logical
+
+
+def _threads_used(session, settings, physical_cores):
+    """Return the intra-op threads: the param, else ONNX Runtime's default (one per core)."""
+    if settings.intra_op_threads:
+        return settings.intra_op_threads
+    if hasattr(session, "get_session_options"):  # an ONNX Runtime session
+        return physical_cores
+    return None  # another backend's engine picks its own
+
+
+def _number(name, value):
+    """Return a numeric param converted and range-checked, or raise JobError naming it."""
+    kind, minimum, inclusive = NUMBERS[name]
+    try:
+        if isinstance(value, bool) or float(value) != float(kind(float(value))):
+            raise ValueError(value)
+        number = kind(float(value))
+    except (TypeError, ValueError, OverflowError):
+        what = "a whole number" if kind is int else "a number"
+        raise JobError(f"benchmark param {name} must be {what}, got {value!r}") from None
+    if number < minimum or (number == minimum and not inclusive):
+        bound = f"at least {minimum}" if inclusive else f"above {minimum}"
+        raise JobError(f"benchmark param {name} must be {bound}, got {value}")
+    return number
+
+
+def _batch_sizes(value):
+    """Return the sweep's batch sizes as a tuple, or raise JobError saying what is wrong."""
+    if not isinstance(value, list | tuple) or not value or len(value) > MAX_SWEEP_SIZES:
+        raise JobError(
+            f"benchmark param batch_sizes must be a list of 1 to {MAX_SWEEP_SIZES} batch sizes, "
+            f"got {value!r}"
+        )
+    sizes = tuple(_number("batch_size", size) for size in value)
+    if len(set(sizes)) != len(sizes):
+        raise JobError(f"benchmark param batch_sizes lists a size twice: {list(sizes)}")
+    return sizes
+
+
+def _flag(name, value):
+    """Return a boolean param, or raise JobError."""
+    if not isinstance(value, bool):
+        raise JobError(f"benchmark param {name} must be true or false, got {value!r}")
+    return value
+
+
+def _check_scenario(settings, params):
+    """Refuse an unknown scenario, and a scenario's params given to another."""
+    if settings.scenario not in SCENARIOS:
+        raise JobError(
+            f"benchmark param scenario must be one of {', '.join(SCENARIOS)}, "
+            f"got {settings.scenario!r}"
+        )
+    for name, scenario in SCENARIO_PARAMS.items():
+        if name in params and settings.scenario != scenario:
+            raise JobError(
+                f"benchmark param {name} applies to the {scenario} scenario only; "
+                f"this benchmark's scenario is {settings.scenario}"
+            )
+
+
 def _reset_high_water_mark():
     """Reset the kernel's peak-RSS counter of this process; return False if we cannot."""
     try:
@@ -225,78 +683,32 @@ def _high_water_mark():
     return int(match.group(1)) * 1024 if match else None
 
 
-def _create_session(model_path, settings, preoptimized=False):
-    """Create an ONNX Runtime session with the requested threads and provider."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = settings.intra_op_threads
-    if preoptimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(model_path), options, providers=[settings.provider])
-
-
-def _run_phase(session, feeds, iterations, report, should_stop):
-    """Run the session `iterations` times; return each run's duration in ns."""
-    step = max(1, iterations // PROGRESS_STEPS)
-    samples = []
-    for start in range(0, iterations, step):
-        samples += _timed_runs(session, feeds, min(step, iterations - start), should_stop)
-        report(len(samples) / iterations)
-    return samples
-
-
-def _timed_runs(session, feeds, count, should_stop):
-    """Time `count` runs back to back; this loop is what the benchmark measures."""
-    run, clock = session.run, time.perf_counter_ns
-    samples = [0] * count
-    for index in range(count):
-        if should_stop():
-            raise Cancelled("the benchmark was stopped")
-        started = clock()
-        run(None, feeds)
-        samples[index] = clock() - started
-    return samples
-
-
-def _phase(report, start, end, message):
-    """Return a callback mapping a phase's 0..1 progress onto start..end overall."""
-    return lambda fraction: report(start + fraction * (end - start), message)
-
-
-def _result(settings, provider, samples, rss):
-    """Return the benchmark result in the protocol's field order."""
-    latency = latency_summary(samples)
-    return {
-        "backend": "onnxruntime",
-        "provider": provider,
-        "batch_size": settings.batch_size,
-        "warmup_iterations": settings.warmup_iterations,
-        "iterations": settings.iterations,
-        "intra_op_threads": settings.intra_op_threads,
-        "latency_ms": latency,
-        "throughput_ips": settings.batch_size * 1000 / latency["mean"],
-        "peak_rss_mb": rss.peak / BYTES_PER_MB,
-        "rss_growth_mb": (rss.peak - rss.baseline) / BYTES_PER_MB,
-    }
-
-
-def _check_at_least(value, minimum, name):
-    """Raise JobError naming the param when value is below minimum."""
-    if value < minimum:
-        raise JobError(f"benchmark param {name} must be at least {minimum}, got {value}")
-
-
 def _check_batch_is_fed(input_metas, batch_size):
     """Raise when the batch dimension is fixed at another size than batch_size."""
-    batch_dims = [meta.shape[0] for meta in input_metas if meta.shape]
-    if not batch_dims or not all(_is_fixed(dim) for dim in batch_dims):
-        return
-    if batch_dims[0] != batch_size:
+    fixed = _fixed_batch(input_metas)
+    if fixed is not None and fixed != batch_size:
         raise JobError(
             f"batch_size is {batch_size} but the model's batch dimension is fixed at "
-            f"{batch_dims[0]}; export it with a symbolic batch dimension to change it"
+            f"{fixed}; export it with a symbolic batch dimension to change it"
         )
+
+
+def _check_sweep_size(input_metas, size):
+    """Raise when a sweep's batch size is one the model's fixed batch dimension cannot take."""
+    fixed = _fixed_batch(input_metas)
+    if fixed is not None and fixed != size:
+        raise JobError(
+            f"batch_sizes asks for batch {size} but the model's batch dimension is fixed at "
+            f"{fixed}; export it with a symbolic batch dimension to sweep batch sizes"
+        )
+
+
+def _fixed_batch(input_metas):
+    """Return the batch size every input fixes, or None when the batch dimension is symbolic."""
+    batch_dims = [meta.shape[0] for meta in input_metas if meta.shape]
+    if not batch_dims or not all(_is_fixed(dim) for dim in batch_dims):
+        return None
+    return batch_dims[0]
 
 
 def _is_fixed(dim):

@@ -1,0 +1,89 @@
+"""Whether a benchmark's figures can be trusted: scatter (CV) and drift between windows."""
+
+import numpy as np
+import pytest
+
+from tests.benchmark_models import SleepyTestSession
+from workers.benchmark import benchmark_session
+from workers.latency import stability, window_medians_ms
+
+MS = 1_000_000
+QUICK = {"warmup_iterations": 0, "iterations": 40}
+
+
+def steady_ns(count=100, ms=1.0, jitter=0.01, seed=0):
+    """Return latencies around `ms` with a small relative jitter, in ns."""
+    rng = np.random.default_rng(seed)
+    return (ms * MS * (1 + jitter * rng.standard_normal(count))).astype(np.int64).tolist()
+
+
+def test_it_calls_a_steady_run_stable():
+    verdict = stability(steady_ns())
+
+    assert verdict["stable"] is True
+    assert verdict["reasons"] == []
+    assert verdict["cv"] < 0.02 and verdict["drift"] < 0.02
+    assert verdict["windows_p50_ms"] == pytest.approx([1.0] * 5, rel=0.02)
+
+
+def test_it_calls_a_scattered_run_unstable_saying_its_cv():
+    samples = [1 * MS, 3 * MS] * 50  # alternating: every window has the same median
+
+    verdict = stability(samples)
+
+    assert verdict["stable"] is False
+    assert verdict["cv"] == pytest.approx(0.5)
+    assert verdict["reasons"] == ["CV 50.0% is above 10%"]
+
+
+def test_it_calls_a_drifting_run_unstable_saying_how_the_median_moved():
+    samples = [1 * MS] * 50 + [int(1.3 * MS)] * 50
+
+    verdict = stability(samples, cv_threshold=0.5)
+
+    assert verdict["stable"] is False
+    assert verdict["drift"] == pytest.approx(0.3 / 1.15)
+    [reason] = verdict["reasons"]
+    assert reason.startswith("the median drifted 26% ")
+    assert "between the first and last windows (1 → 1.3 ms)" in reason
+    assert reason.endswith("thermal throttling or a noisy neighbour?")
+
+
+def test_it_applies_the_thresholds_it_is_given():
+    samples = [1 * MS, 3 * MS] * 50
+
+    assert stability(samples, cv_threshold=0.6)["stable"] is True
+    assert stability(steady_ns(), drift_threshold=0.001)["stable"] is False
+
+
+def test_it_cuts_the_run_into_five_windows_in_order():
+    samples = [ms * MS for ms in (1, 1, 2, 2, 3, 3, 4, 4, 5, 5)]
+
+    assert window_medians_ms(samples) == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_it_uses_fewer_windows_for_a_short_run():
+    assert window_medians_ms([1 * MS, 1 * MS, 2 * MS, 2 * MS]) == [1.0, 2.0]
+    assert window_medians_ms([1 * MS, 3 * MS]) == [2.0]
+    assert stability([1 * MS, 1 * MS, 1 * MS])["drift"] == 0.0
+
+
+def test_it_marks_a_jittery_test_double_unstable_through_the_harness():
+    jittery = SleepyTestSession(lambda call: 0.001 if call % 2 else 0.006)
+
+    result = benchmark_session(lambda settings: jittery, QUICK)
+
+    assert result["stability"]["stable"] is False
+    assert result["cv"] > 0.3
+    assert any(reason.startswith("CV ") for reason in result["stability"]["reasons"])
+
+
+def test_it_marks_a_throttling_test_double_unstable_for_drift():
+    throttling = SleepyTestSession(lambda call: 0.002 if call < 20 else 0.006)
+
+    result = benchmark_session(lambda settings: throttling, {**QUICK, "cv_threshold": 5})
+
+    stability = result["stability"]
+    assert stability["stable"] is False
+    assert stability["windows_p50_ms"][0] < 4 < stability["windows_p50_ms"][-1]
+    assert any("drifted" in reason for reason in stability["reasons"])

@@ -1,0 +1,90 @@
+"""Summarize latency samples and judge whether a run was steady enough to trust.
+
+A benchmark is worth keeping when its latencies neither scatter (coefficient of
+variation) nor drift (the median of one part of the run differs from another's:
+a GPU heating up and throttling, a noisy neighbour, a CPU changing frequency).
+"""
+
+import numpy as np
+
+DEFAULT_CV_THRESHOLD = 0.10
+DEFAULT_DRIFT_THRESHOLD = 0.10
+# The run is cut into this many consecutive windows to see drift, each of at least
+# MIN_WINDOW_SAMPLES samples: fewer windows when the run is short.
+WINDOWS = 5
+MIN_WINDOW_SAMPLES = 2
+
+
+def latency_summary(samples_ns):
+    """Return min, p50, p90, p95, p99, max, mean and std in milliseconds.
+
+    Percentiles interpolate linearly between samples (numpy's default method);
+    std is the population standard deviation.
+    """
+    ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
+    p50, p90, p95, p99 = np.percentile(ms, [50, 90, 95, 99], method="linear")
+    values = {
+        "min": ms.min(),
+        "p50": p50,
+        "p90": p90,
+        "p95": p95,
+        "p99": p99,
+        "max": ms.max(),
+        "mean": ms.mean(),
+        "std": ms.std(),
+    }
+    return {name: float(value) for name, value in values.items()}
+
+
+def coefficient_of_variation(latency):
+    """Return std / mean of a latency summary (0.0 for a zero mean)."""
+    return latency["std"] / latency["mean"] if latency["mean"] else 0.0
+
+
+def window_medians_ms(samples_ns):
+    """Return the median in ms of each consecutive window of the samples, in run order."""
+    count = min(WINDOWS, len(samples_ns) // MIN_WINDOW_SAMPLES)
+    if count < 2:
+        return [float(np.median(samples_ns) / 1e6)] if len(samples_ns) else []
+    windows = np.array_split(np.asarray(samples_ns, dtype=np.float64), count)
+    return [float(np.median(window) / 1e6) for window in windows]
+
+
+def stability(
+    samples_ns,
+    cv_threshold=DEFAULT_CV_THRESHOLD,
+    drift_threshold=DEFAULT_DRIFT_THRESHOLD,
+    latency=None,
+):
+    """Return the stability verdict of a run: stable, why not, its CV, drift and window medians.
+
+    drift = (highest window median - lowest window median) / the run's median.
+    latency is the samples' latency_summary, when the caller has it already.
+    """
+    latency = latency or latency_summary(samples_ns)
+    cv = coefficient_of_variation(latency)
+    windows = window_medians_ms(samples_ns)
+    drift = (max(windows) - min(windows)) / latency["p50"] if latency["p50"] else 0.0
+    reasons = []
+    if cv > cv_threshold:
+        reasons.append(f"CV {cv:.1%} is above {cv_threshold:.0%}")
+    if drift > drift_threshold:
+        reasons.append(_drift_reason(windows, drift))
+    return {
+        "stable": not reasons,
+        "reasons": reasons,
+        "cv": cv,
+        "drift": drift,
+        "windows_p50_ms": windows,
+    }
+
+
+def _drift_reason(windows, drift):
+    """Say how the median moved between the run's windows, and what usually causes it."""
+    first, last = windows[0], windows[-1]
+    how = (
+        f"between the first and last windows ({first:.3g} → {last:.3g} ms)"
+        if abs(last - first) >= (max(windows) - min(windows)) / 2
+        else f"between windows ({min(windows):.3g} to {max(windows):.3g} ms)"
+    )
+    return f"the median drifted {drift:.0%} {how}: thermal throttling or a noisy neighbour?"
