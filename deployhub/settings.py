@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "deployhub.jobs",
     "deployhub.benchmarks",
     "deployhub.engines",
+    "deployhub.parity",
     "deployhub.demo",
 ]
 

@@ -3,10 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from deployhub import views
+from deployhub.benchmarks import views as benchmark_views
 from deployhub.demo import views as demo_views
 from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
 from deployhub.jobs import views as job_views
+from deployhub.parity import views as parity_views
 from deployhub.registry import views as registry_views
 from deployhub.teams import views as team_views
 
@@ -20,6 +22,22 @@ urlpatterns = [
     path("account/tokens/<int:pk>/revoke", team_views.revoke_token, name="revoke_token"),
     path("models/", registry_views.models_list, name="models"),
     path("models/<int:pk>/", registry_views.model_detail, name="model_detail"),
+    path(
+        "models/<int:pk>/benchmarks.csv",
+        benchmark_views.model_benchmarks_csv,
+        name="model_benchmarks_csv",
+    ),
+    path(
+        "models/<int:pk>/accuracy.csv",
+        benchmark_views.model_accuracy_csv,
+        name="model_accuracy_csv",
+    ),
+    path(
+        "models/<int:pk>/results.json",
+        benchmark_views.model_results_json,
+        name="model_results_json",
+    ),
+    path("models/<int:pk>/report.html", benchmark_views.model_report, name="model_report"),
     path("models/samples/resnet18", demo_views.add_resnet18_sample, name="add_resnet18_sample"),
     path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
     path("versions/<int:pk>/results", registry_views.version_results, name="version_results"),
@@ -28,8 +46,11 @@ urlpatterns = [
     path("versions/<int:pk>/notes", registry_views.version_notes, name="version_notes"),
     path("versions/<int:pk>/export", registry_views.version_export, name="version_export"),
     path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),
+    path("versions/<int:pk>/golden", registry_views.version_golden, name="version_golden"),
+    path("versions/<int:pk>/parity", parity_views.version_parity, name="version_parity"),
     path("devices/", device_views.device_classes, name="device_classes"),
     path("devices/classes/<int:pk>/", device_views.device_class_detail, name="device_class_detail"),
+    path("devices/classes/<int:pk>/edit", device_views.device_class_edit, name="device_class_edit"),
     path("devices/<int:pk>/", device_views.device_detail, name="device_detail"),
     path("devices/<int:pk>/drain", device_views.device_drain, name="device_drain"),
     path("versions/<int:pk>/compile", engine_views.version_compile, name="version_compile"),
@@ -37,6 +58,7 @@ urlpatterns = [
     path("auto/<int:pk>/", engine_views.auto_run_detail, name="auto_run_detail"),
     path("engines/<int:pk>/", engine_views.engine_detail, name="engine_detail"),
     path("engines/<int:pk>/rebuild", engine_views.engine_rebuild, name="engine_rebuild"),
+    path("engines/<int:pk>/evaluate", engine_views.engine_evaluate, name="engine_evaluate"),
     path("engines/<int:pk>/benchmark", engine_views.engine_benchmark, name="engine_benchmark"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),

@@ -83,8 +83,8 @@ def test_a_user_benchmarks_the_demo_model_and_watches_it_live(
 
     # Benchmark on local-cpu; watch the job without reloading the page.
     page.goto(version_url)
-    page.select_option("select[name=device_class]", label="local-cpu")
-    page.fill("input[name=iterations]", "30000")
+    page.select_option("#benchmarks select[name=device_class]", label="local-cpu")
+    page.fill("#benchmarks input[name=iterations]", "30000")
     page.click("#run-benchmark")
     page.wait_for_url(re.compile(r"#job-\d+$"))
     page.evaluate("""() => {

@@ -41,14 +41,19 @@ def test_an_engineer_queues_a_benchmark_from_the_version_page(client, bob, versi
         f"/versions/{version.pk}/benchmark",
         {
             "device_class": device_class.pk,
-            "batch_size": 2,
+            "batch_size": 1,
             "warmup_iterations": 3,
             "iterations": 40,
         },
     )
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"#job-{job.pk}")
-    assert job.params == {"batch_size": 2, "warmup_iterations": 3, "iterations": 40}
+    assert job.params == {
+        "scenario": "single-stream",
+        "batch_size": 1,
+        "warmup_iterations": 3,
+        "iterations": 40,
+    }
     assert job.state == "queued" and job.created_by == bob
 
 

@@ -256,7 +256,7 @@ def benchmark_calls(monkeypatch):
 
 def engine_benchmark(engine_bytes, key, **input_fields):
     inputs = {"engine": engine_input(engine_bytes, key, **input_fields)}
-    return make_job("benchmark", params={"iterations": 20}, inputs=inputs)
+    return make_job("benchmark", params={"warmup_iterations": 2, "iterations": 20}, inputs=inputs)
 
 
 def test_it_claims_and_completes_a_noop_job(start_hub):
@@ -285,13 +285,13 @@ def test_it_drops_a_message_the_hub_refuses_to_claim(start_hub):
 
 
 def test_it_fails_a_job_of_a_kind_it_cannot_run(start_hub):
-    hub = start_hub(make_job("parity", inputs={"model": model_input(b"x")}), {"model": b"x"})
+    hub = start_hub(make_job("teleport", inputs={"model": model_input(b"x")}), {"model": b"x"})
 
     state = run(hub)
 
     assert state == "failed"
     [completion] = hub.bodies("complete")
-    assert completion["error"] == "this worker cannot run jobs of kind 'parity'"
+    assert completion["error"] == "this worker cannot run jobs of kind 'teleport'"
     assert "result" not in completion
     assert hub.bodies("inputs") == []
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
-from workers import signing
+from workers import golden, signing
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
 from workers.backends.isolate import CompileFailure, compile_result_from_json, run_isolated
@@ -28,6 +28,7 @@ from workers.client import Conflict, HubError
 from workers.errors import Cancelled, JobError
 from workers.evaluate import evaluate
 from workers.export import export_pt2_to_onnx
+from workers.parity import check_parity
 
 __all__ = ["Cancelled", "run_job"]
 
@@ -48,6 +49,10 @@ ENGINE_INPUT = "engine"
 # The inputs a compile job may carry besides its model, passed on to the backend.
 TIMING_CACHE_INPUT = "timing_cache"
 CALIBRATION_INPUT = "calibration"
+# The input a parity job carries: the zip of images and tensors.npz (docs/protocol.md).
+PARITY_INPUT = "pack"
+# An evaluate job's golden pairs (workers/golden.py), beside or instead of its dataset.
+GOLDEN_INPUT = "golden"
 # An earlier INT8 build's calibration cache: it goes into the build folder, where TensorRT's
 # calibrator reads it instead of calibrating again.
 CALIBRATION_CACHE_INPUT = "calibration_cache"
@@ -319,6 +324,8 @@ class LoadedEngine:
 
     def __init__(self, backend, handle, input_metas):
         self.backend, self.handle, self.input_metas = backend, handle, input_metas
+        # Tells the harness to read the GPU's state (NVML) and device memory around the run.
+        self.on_cuda = backend.name == "tensorrt" or getattr(handle, "device", None) == "cuda"
 
     def run(self, _output_names, feeds):
         return self.backend.infer(self.handle, feeds)
@@ -368,42 +375,52 @@ def check_benchmark(job_run):
 
 
 def run_evaluate(job_run, inputs):
-    """Compare the job's engine with its FP32 source on the job's dataset."""
+    """Compare the job's engine with its FP32 source on a dataset, on golden pairs, or both."""
     engine = job_run.job["inputs"].get(ENGINE_INPUT)
-    if engine is None or "model" not in inputs or "dataset" not in inputs:
-        raise JobError("an evaluate job needs the inputs 'engine', 'model' and 'dataset'")
-    if engine.get("backend") == "onnxruntime":
-        import onnxruntime
-
-        path = engine_model_path(inputs[ENGINE_INPUT])
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-        providers = [provider_of(engine.get("build_config"))]
-        session = onnxruntime.InferenceSession(str(path), options, providers=providers)
-        run_engine = lambda feeds: session.run(None, feeds)  # noqa: E731
-    else:
-        loaded = load_engine(job_run, inputs, engine)
-        run_engine = lambda feeds: loaded.run(None, feeds)  # noqa: E731
+    if engine is None or "model" not in inputs or not {"dataset", GOLDEN_INPUT} & inputs.keys():
+        raise JobError(
+            "an evaluate job needs the inputs 'engine' and 'model', and 'dataset', 'golden' or both"
+        )
+    run_engine = _evaluated_engine(job_run, inputs, engine)
     source = inputs["model"]
     if source.suffix != ".pt2":
         source = onnx_model_path(source, job_run.workdir / "reference")
-    result = evaluate(
-        run_engine,
-        source,
-        inputs["dataset"],
-        job_run.job.get("params") or {},
-        progress=job_run.report,
-        should_stop=job_run.should_stop,
-    )
-    job_run.log.add(
-        f"evaluated {result['samples']} samples: top-1 agreement {result['top1_agreement']:.4f}, "
-        f"max abs error {result['max_abs_error']:.3g}, cosine min {result['cosine_min']:.5f}"
-    )
+    params = job_run.job.get("params") or {}
+    watch = {"progress": job_run.report, "should_stop": job_run.should_stop}
+    result = {}
+    if "dataset" in inputs:
+        result = evaluate(run_engine, source, inputs["dataset"], params, **watch)
+        job_run.log.add(
+            f"evaluated {result['samples']} samples: top-1 agreement "
+            f"{result['top1_agreement']:.4f}, max abs error {result['max_abs_error']:.3g}, "
+            f"cosine min {result['cosine_min']:.5f}"
+        )
+    if GOLDEN_INPUT in inputs:
+        golden_params = params.get("golden") or {}
+        result["golden"] = golden.evaluate_golden(
+            run_engine, source, inputs[GOLDEN_INPUT], golden_params, **watch
+        )
+        job_run.log.add(golden.summary(result["golden"]))
     return {
         **result,
         "backend": engine.get("backend"),
         "fingerprint": job_run.current_fingerprint(),
     }
+
+
+def _evaluated_engine(job_run, inputs, engine):
+    """Return run(feeds) -> outputs of the job's engine, loaded by its backend."""
+    if engine.get("backend") != "onnxruntime":
+        loaded = load_engine(job_run, inputs, engine)
+        return lambda feeds: loaded.run(None, feeds)
+    import onnxruntime
+
+    path = engine_model_path(inputs[ENGINE_INPUT])
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    providers = [provider_of(engine.get("build_config"))]
+    session = onnxruntime.InferenceSession(str(path), options, providers=providers)
+    return lambda feeds: session.run(None, feeds)
 
 
 def _benchmark_subject(job_run, inputs):
@@ -428,12 +445,18 @@ def _engine_benchmark_params(params, engine):
 
 
 def _log_benchmark(log, result):
-    """Log a benchmark's headline figures."""
+    """Log a benchmark's headline figures, and why they may not be trusted."""
     latency = result["latency_ms"]
     log.add(
         f"benchmark done: p50 {latency['p50']:.3f} ms, p99 {latency['p99']:.3f} ms, "
-        f"{result['throughput_ips']:.1f} inferences/s"
+        f"{result['throughput_ips']:.1f} inferences/s over {result['iterations']} runs"
     )
+    for reason in result["stability"]["reasons"]:
+        log.add(f"unstable: {reason}")
+    server = result.get("server")
+    if server and server["max_qps_in_budget"] is not None:
+        best, budget = server["max_qps_in_budget"], server["budget_ms"]
+        log.add(f"server: p99 within {budget:g} ms up to {best:.1f} queries/s")
 
 
 def run_compile(job_run, inputs):
@@ -587,6 +610,21 @@ def run_export(job_run, inputs):
     return {**result, "artifact": EXPORT_ARTIFACT, "artifact_sha256": sha256}
 
 
+def run_parity(job_run, inputs):
+    """Check the job's parity pack against its spec; return the protocol's parity result."""
+    if PARITY_INPUT not in inputs:
+        raise JobError(f"a parity job needs an input named {PARITY_INPUT!r} (the parity pack)")
+    result = check_parity(
+        inputs[PARITY_INPUT],
+        job_run.job.get("params") or {},
+        job_run.workdir / "parity",
+        progress=job_run.report,
+        should_stop=job_run.should_stop,
+    )
+    job_run.log.add(result["summary"])
+    return result
+
+
 def run_noop(job_run, inputs):
     """Do nothing: a noop job measures the hub-broker-worker pipeline itself."""
     return {}
@@ -599,6 +637,7 @@ KINDS = {
     "evaluate": run_evaluate,
     "export": run_export,
     "noop": run_noop,
+    "parity": run_parity,
 }
 # Checks a job passes before its inputs are downloaded, by kind: fn(job_run), raising JobError.
 CHECKS = {"benchmark": check_benchmark, "compile": check_compile, "evaluate": check_benchmark}

@@ -48,6 +48,7 @@ def engine_json(engine):
         "size": engine.size,
         "status": engine.status,
         "status_reason": engine.status_reason,
+        "accuracy_flags": engine.accuracy_flags,
         "tool_versions": engine.tool_versions,
         "build_seconds": engine.build_seconds,
         "built_on": engine.built_on.name if engine.built_on else None,

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 from deployhub.api.views import error
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.exports import submit_export
+from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model, ModelVersion, VersionFormat
 from deployhub.registry.uploads import DuplicateVersion, create_dataset, create_version
@@ -50,7 +51,7 @@ def token_required(view):
         except DuplicateVersion as exc:
             body = {"error": str(exc), "existing": version_json(exc.version)}
             return JsonResponse(body, status=409)
-        except (InvalidModel, DatasetError, BadInput) as exc:
+        except (InvalidModel, DatasetError, GoldenError, BadInput) as exc:
             status = 413 if "larger than the upload limit" in str(exc) else 400
             return error(status, str(exc))
 
@@ -107,9 +108,9 @@ def _json_field(request, name):
         raise BadInput(f"{name} is not valid JSON: {exc}") from exc
 
 
-def _file(request):
+def _file(request, what="the model"):
     if "file" not in request.FILES:
-        raise BadInput("Send the model as a multipart file field named 'file'.")
+        raise BadInput(f"Send {what} as a multipart file field named 'file'.")
     return request.FILES["file"]
 
 
@@ -207,3 +208,52 @@ def version_datasets(request, pk):
         },
         status=201,
     )
+
+
+def golden_json(golden):
+    """Describe a golden set with the newest check of it on each engine."""
+    return {
+        "id": golden.pk,
+        "name": golden.name,
+        "version": golden.model_version_id,
+        "format": golden.format,
+        "sha256": golden.sha256,
+        "size": golden.size,
+        "pairs": golden.pairs,
+        "inputs": golden.input_names,
+        "outputs": golden.output_names,
+        "atol": golden.atol,
+        "rtol": golden.rtol,
+        "created_at": golden.created_at.isoformat(),
+        "runs": [
+            {
+                "engine": run.engine_id,
+                "job": run.job_id,
+                "passed": run.passed,
+                "failing": run.failing,
+                "reference_passed": run.reference_passed,
+                "outputs": run.outputs,
+                "created_at": run.created_at.isoformat(),
+            }
+            for run in golden.latest_runs()
+        ],
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@token_required
+def version_golden(request, pk):
+    """List a version's golden sets, or attach one (multipart: name, file, atol, rtol)."""
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    if request.method == "GET":
+        return JsonResponse({"golden_sets": [golden_json(g) for g in version.golden_sets.all()]})
+    require_role(request.user, version.team, Role.ENGINEER)
+    golden = create_golden_set(
+        version,
+        _file(request, "the golden pairs"),
+        request.user,
+        name=request.POST.get("name", ""),
+        atol=request.POST.get("atol"),
+        rtol=request.POST.get("rtol"),
+    )
+    return JsonResponse(golden_json(golden), status=201)

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from deployhub.api import fleet, registry, views
+from deployhub.api import fleet, registry, results, views
+from deployhub.parity import api as parity
 
 urlpatterns = [
     path("device", views.whoami, name="api_whoami"),
@@ -21,4 +22,15 @@ urlpatterns = [
     path("models/<int:pk>/versions", registry.model_versions, name="api_model_versions"),
     path("versions/<int:pk>", registry.version_detail, name="api_version"),
     path("versions/<int:pk>/datasets", registry.version_datasets, name="api_version_datasets"),
+    path("versions/<int:pk>/golden", registry.version_golden, name="api_version_golden"),
+    path("versions/<int:pk>/benchmarks", results.version_benchmarks, name="api_version_benchmarks"),
+    path("engines/<int:pk>/benchmarks", results.engine_benchmarks, name="api_engine_benchmarks"),
+    path("models/<int:pk>/results", results.model_results_json, name="api_model_results"),
+    path(
+        "models/<int:pk>/results/<str:kind>.csv",
+        results.model_results_csv,
+        name="api_model_results_csv",
+    ),
+    path("models/<int:pk>/report", results.model_report, name="api_model_report"),
+    path("versions/<int:pk>/parity", parity.version_parity, name="api_version_parity"),
 ]

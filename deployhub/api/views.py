@@ -17,6 +17,7 @@ from deployhub.engines.actions import (
     calibration_of,
     compatibility,
     evaluation_dataset_of,
+    golden_set_of,
     record_fingerprint,
     timing_cache_for,
 )
@@ -24,6 +25,7 @@ from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Job, JobState
+from deployhub.parity.models import parity_run_of
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import VersionFormat
 
@@ -131,12 +133,20 @@ def _inputs(job, device=None):
     if job.engine is not None:
         inputs["engine"] = _engine_input(job.engine)
     version = job.model_version
-    if version is not None and (job.engine is None or job.kind in ("evaluate", "benchmark")):
+    if (
+        version is not None
+        and job.kind != "parity"  # a parity check needs the spec (in params) and its pack only
+        and (job.engine is None or job.kind in ("evaluate", "benchmark"))
+    ):
         inputs["model"] = _file_input(
             job, "model", version.sha256, version.size, _input_filename(version)
         )
     if dataset := evaluation_dataset_of(job):
         inputs["dataset"] = _file_input(job, "dataset", dataset.sha256, dataset.size, "dataset.npz")
+    if golden := golden_set_of(job):
+        inputs["golden"] = _file_input(job, "golden", golden.sha256, golden.size, golden.filename)
+    if run := parity_run_of(job):
+        inputs["pack"] = _file_input(job, "pack", run.sha256, run.size, "parity.zip")
     if dataset := calibration_of(job):
         inputs["calibration"] = _file_input(
             job, "calibration", dataset.sha256, dataset.size, "calibration.npz"
@@ -249,6 +259,10 @@ def job_input(request, device, job_id, name):
         return _attachment(version.file.name, _input_filename(version))
     if name == "dataset" and (dataset := evaluation_dataset_of(job)):
         return _attachment(dataset.file.name, "dataset.npz")
+    if name == "golden" and (golden := golden_set_of(job)):
+        return _attachment(golden.file.name, golden.filename)
+    if name == "pack" and (run := parity_run_of(job)):
+        return _attachment(run.file.name, "parity.zip")
     if name == "calibration" and (dataset := calibration_of(job)):
         return _attachment(dataset.file.name, "calibration.npz")
     if name == "timing_cache" and (cache := timing_cache_for(job, device)):

@@ -9,10 +9,12 @@ class BenchmarkRunAdmin(admin.ModelAdmin):
         "model_version",
         "device",
         "backend",
+        "scenario",
         "batch_size",
         "latency_p50_ms",
         "latency_p99_ms",
         "throughput_ips",
+        "stable",
         "created_at",
     ]
-    list_filter = ["device_class", "backend"]
+    list_filter = ["device_class", "backend", "scenario", "stable"]

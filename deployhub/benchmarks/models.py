@@ -1,16 +1,77 @@
-"""Benchmark results with the conditions they were measured under."""
+"""Benchmark results with the conditions they were measured under, and the gate they face."""
+
+import math
+from dataclasses import dataclass
 
 from django.db import models
+from django.db.models.functions import Coalesce
 
 from deployhub.choices import ChoiceSet
+from deployhub.devices.models import ServingPattern
 
 PERCENTILES = ("min", "p50", "p90", "p95", "p99", "max", "mean", "std")
 
 
-class BudgetVerdict(ChoiceSet):
+class Scenario(ChoiceSet):
+    """How queries reach the model, named as MLPerf Inference names its scenarios."""
+
+    SINGLE_STREAM = "single-stream"
+    SERVER = "server"
+    OFFLINE = "offline"
+    CHOICES = (
+        (SINGLE_STREAM, "SingleStream", "blue"),
+        (SERVER, "Server", "purple"),
+        (OFFLINE, "Offline", "teal"),
+    )
+    HELP = {
+        SINGLE_STREAM: "one query at a time, each waits for the last (a camera feeding one model)",
+        SERVER: "queries arrive at a target rate (Poisson); p99 at that rate decides",
+        OFFLINE: "all samples at once; throughput decides",
+    }
+
+
+class GateVerdict(ChoiceSet):
+    """Whether a run meets its device class's gate."""
+
     MEETS = "meets"
     MISSES = "misses"
-    CHOICES = ((MEETS, "Meets budget", "green"), (MISSES, "Over budget", "red"))
+    UNSTABLE = "unstable"
+    UNKNOWN = "unknown"
+    CHOICES = (
+        (MEETS, "Meets budget", "green"),
+        (MISSES, "Misses budget", "red"),
+        (UNSTABLE, "Unstable: measure again", "orange"),
+        (UNKNOWN, "Cannot judge", "grey"),
+    )
+
+
+class Stability(ChoiceSet):
+    """Whether the worker found the latencies steady enough to trust."""
+
+    STABLE = "stable"
+    UNSTABLE = "unstable"
+    UNCHECKED = "unchecked"
+    CHOICES = (
+        (STABLE, "Stable", "green"),
+        (UNSTABLE, "Unstable", "orange"),
+        (UNCHECKED, "Not checked", "grey"),
+    )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A verdict and the sentence that explains it."""
+
+    verdict: str
+    reason: str
+
+    @property
+    def label(self):
+        return GateVerdict.label(self.verdict)
+
+    @property
+    def color(self):
+        return GateVerdict.color(self.verdict)
 
 
 class BenchmarkRunQuerySet(models.QuerySet):
@@ -19,6 +80,23 @@ class BenchmarkRunQuerySet(models.QuerySet):
             "device", "device_class", "job", "engine"
         )
         return flag_int8_slowdowns(list(runs))
+
+    def for_model(self, model):
+        """Runs of every version of the model, oldest version first."""
+        runs = self.filter(model_version__model=model).select_related(
+            "model_version", "device", "device_class", "job", "engine"
+        )
+        return flag_int8_slowdowns(list(runs.order_by("model_version__number", "created_at")))
+
+    def latency_runs(self):
+        """Runs that measure per-query latency (single-stream and server, not offline)."""
+        return self.exclude(scenario=Scenario.OFFLINE).annotate(
+            gate_p99=Coalesce("server_p99_ms", "latency_p99_ms")
+        )
+
+    def within_budget(self, budget_ms):
+        """Latency runs whose deciding p99 is within `budget_ms`."""
+        return self.latency_runs().filter(gate_p99__lte=budget_ms)
 
 
 def precision_of(run):
@@ -40,6 +118,139 @@ def flag_int8_slowdowns(runs):
     return runs
 
 
+def _number(value, cast=float):
+    """Return `value` as a finite number, or None when absent; raise ValueError otherwise."""
+    if value is None:
+        return None
+    number = cast(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _required(value):
+    """Return `value` as a finite float; raise ValueError when it is absent or not a number."""
+    if value is None:
+        raise ValueError("a required number is missing")
+    return _number(value)
+
+
+def _block(result, key, kind=dict):
+    """Return the optional block `key` of a result (None when absent); raise if mistyped."""
+    value = result.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"{key} must be a JSON {'object' if kind is dict else 'list'}")
+    return value
+
+
+def _latency(block):
+    """Return a latency block with every percentile as a number (missing ones None)."""
+    if not isinstance(block, dict):
+        raise ValueError("latency_ms must be a JSON object")
+    return {key: _number(block.get(key)) for key in PERCENTILES}
+
+
+def _conditions(result):
+    host = _block(result, "host") or {}
+    scenario = result.get("scenario") or Scenario.SINGLE_STREAM
+    if scenario not in dict(Scenario.choices()):
+        raise ValueError(f"unknown scenario {scenario!r}")
+    return {
+        "scenario": scenario,
+        "warmup_s": _number(result.get("warmup_s")),
+        "duration_s": _number(result.get("duration_s")),
+        "host": host,
+        "host_cpu_model": str(host.get("cpu_model") or "")[:200],
+        "host_logical_cpus": _number(host.get("logical_cpus"), int),
+    }
+
+
+def _stability(result):
+    stability = _block(result, "stability") or {}
+    reasons = stability.get("reasons") or []
+    if not isinstance(reasons, list):
+        raise ValueError("stability.reasons must be a list of sentences")
+    stable = stability.get("stable")
+    return {
+        "cv": _number(result["cv"] if result.get("cv") is not None else stability.get("cv")),
+        "stable": None if stable is None else bool(stable),
+        "drift": _number(stability.get("drift")),
+        "stability": {
+            "reasons": [str(reason) for reason in reasons],
+            "windows_p50_ms": [_number(v) for v in stability.get("windows_p50_ms") or []],
+        },
+    }
+
+
+def _server(result):
+    server = _block(result, "server")
+    if server is None:
+        return {}
+    tried = server.get("tried") or []
+    if not isinstance(tried, list) or not all(isinstance(row, dict) for row in tried):
+        raise ValueError("server.tried must be a list of objects")
+    return {
+        "server": {
+            **server,
+            "latency_ms": _latency(server["latency_ms"]) if server.get("latency_ms") else None,
+            "tried": [
+                {key: _number(row.get(key)) for key in ("qps", "p99_ms", "achieved_qps")}
+                for row in tried
+            ],
+        },
+        "server_target_qps": _number(server.get("target_qps")),
+        "server_achieved_qps": _number(server.get("achieved_qps")),
+        "server_p99_ms": _number((server.get("latency_ms") or {}).get("p99")),
+        "max_qps_in_budget": _number(server.get("max_qps_in_budget")),
+    }
+
+
+def _offline(result):
+    offline = _block(result, "offline")
+    if offline is None:
+        return {}
+    return {
+        "offline_samples": _number(offline.get("samples"), int),
+        "offline_wall_s": _number(offline.get("wall_s")),
+        "offline_throughput_ips": _number(offline.get("throughput_ips")),
+    }
+
+
+def _sweep_row(row):
+    if not isinstance(row, dict):
+        raise ValueError("each batch_sweep row must be an object")
+    return {
+        "batch_size": int(row["batch_size"]),
+        "latency_ms": _latency(row.get("latency_ms") or {}),
+        "throughput_ips": _number(row.get("throughput_ips")),
+        "cv": _number(row.get("cv")),
+    }
+
+
+def _gpu(result):
+    gpu = _block(result, "gpu")
+    if gpu is None:
+        return {}
+    return {"gpu": gpu, "peak_device_memory_mb": _number(gpu.get("peak_device_memory_mb"))}
+
+
+def _core(result):
+    latency = result["latency_ms"]
+    return {
+        "backend": str(result["backend"]),
+        "provider": str(result.get("provider") or ""),
+        "batch_size": int(result["batch_size"]),
+        "warmup_iterations": int(result.get("warmup_iterations") or 0),
+        "iterations": int(result["iterations"]),
+        "intra_op_threads": int(result.get("intra_op_threads") or 0),
+        "throughput_ips": _required(result["throughput_ips"]),
+        "peak_rss_mb": _number(result.get("peak_rss_mb")),
+        "rss_growth_mb": _number(result.get("rss_growth_mb")),
+        "fingerprint": result.get("fingerprint") or {},
+        **{f"latency_{key}_ms": _required(latency[key]) for key in PERCENTILES},
+    }
+
+
 class BenchmarkRun(models.Model):
     """Latency and throughput of one model version on one device, and how they were taken."""
 
@@ -58,9 +269,14 @@ class BenchmarkRun(models.Model):
     )
     backend = models.CharField(max_length=40)
     provider = models.CharField(max_length=60, blank=True)
+    scenario = models.CharField(
+        max_length=20, choices=Scenario.choices(), default=Scenario.SINGLE_STREAM
+    )
     batch_size = models.PositiveIntegerField()
     warmup_iterations = models.PositiveIntegerField()
     iterations = models.PositiveIntegerField()
+    warmup_s = models.FloatField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True)
     intra_op_threads = models.PositiveIntegerField(default=0)
     latency_min_ms = models.FloatField()
     latency_p50_ms = models.FloatField()
@@ -71,8 +287,26 @@ class BenchmarkRun(models.Model):
     latency_mean_ms = models.FloatField()
     latency_std_ms = models.FloatField()
     throughput_ips = models.FloatField()
+    cv = models.FloatField(null=True, blank=True, help_text="std / mean of the latencies.")
+    stable = models.BooleanField(null=True, help_text="Null when the worker did not check.")
+    drift = models.FloatField(null=True, blank=True)
+    stability = models.JSONField(default=dict, blank=True, help_text="reasons, windows_p50_ms.")
+    server = models.JSONField(null=True, blank=True, help_text="The server scenario's block.")
+    server_target_qps = models.FloatField(null=True, blank=True)
+    server_achieved_qps = models.FloatField(null=True, blank=True)
+    server_p99_ms = models.FloatField(null=True, blank=True)
+    max_qps_in_budget = models.FloatField(null=True, blank=True)
+    offline_samples = models.PositiveIntegerField(null=True, blank=True)
+    offline_wall_s = models.FloatField(null=True, blank=True)
+    offline_throughput_ips = models.FloatField(null=True, blank=True)
+    batch_sweep = models.JSONField(default=list, blank=True)
     peak_rss_mb = models.FloatField(null=True)
     rss_growth_mb = models.FloatField(null=True)
+    peak_device_memory_mb = models.FloatField(null=True, blank=True)
+    gpu = models.JSONField(null=True, blank=True)
+    host = models.JSONField(default=dict, blank=True)
+    host_cpu_model = models.CharField(max_length=200, blank=True)
+    host_logical_cpus = models.PositiveIntegerField(null=True, blank=True)
     fingerprint = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -88,27 +322,29 @@ class BenchmarkRun(models.Model):
     def record(cls, job, result):
         """Store a worker's benchmark result for `job`; raise ValueError if it is malformed."""
         try:
-            latency = result["latency_ms"]
-            return cls.objects.create(
-                job=job,
-                model_version=job.model_version,
-                device_class=job.device_class,
-                device=job.device,
-                engine=job.engine,
-                backend=str(result["backend"]),
-                provider=str(result.get("provider", "")),
-                batch_size=int(result["batch_size"]),
-                warmup_iterations=int(result["warmup_iterations"]),
-                iterations=int(result["iterations"]),
-                intra_op_threads=int(result.get("intra_op_threads") or 0),
-                throughput_ips=float(result["throughput_ips"]),
-                peak_rss_mb=result.get("peak_rss_mb"),
-                rss_growth_mb=result.get("rss_growth_mb"),
-                fingerprint=result.get("fingerprint") or {},
-                **{f"latency_{key}_ms": float(latency[key]) for key in PERCENTILES},
-            )
-        except (KeyError, TypeError, ValueError) as exc:
+            fields = {
+                **_core(result),
+                **_conditions(result),
+                **_stability(result),
+                **_server(result),
+                **_offline(result),
+                **_gpu(result),
+                "batch_sweep": [_sweep_row(r) for r in _block(result, "batch_sweep", list) or []],
+            }
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed benchmark result: {exc!r}") from exc
+        return cls.objects.create(
+            job=job,
+            model_version=job.model_version,
+            device_class=job.device_class,
+            device=job.device,
+            engine=job.engine,
+            **fields,
+        )
+
+    @property
+    def precision(self):
+        return precision_of(self)
 
     @property
     def fps(self):
@@ -117,17 +353,139 @@ class BenchmarkRun(models.Model):
         return 1000.0 / per_image if per_image else None
 
     @property
-    def verdict(self):
-        budget = self.device_class.frame_budget_ms
-        return BudgetVerdict.MEETS if self.latency_p99_ms <= budget else BudgetVerdict.MISSES
+    def scenario_label(self):
+        return Scenario.label(self.scenario)
 
     @property
-    def verdict_color(self):
-        return BudgetVerdict.color(self.verdict)
+    def scenario_color(self):
+        return Scenario.color(self.scenario)
 
     @property
-    def verdict_label(self):
-        return BudgetVerdict.label(self.verdict)
+    def scenario_help(self):
+        return Scenario.HELP.get(self.scenario, "")
+
+    @property
+    def gate_p99_ms(self):
+        """The p99 that decides a real-time gate: the server run's when there is one."""
+        if self.scenario == Scenario.SERVER and self.server_p99_ms is not None:
+            return self.server_p99_ms
+        return self.latency_p99_ms
+
+    @property
+    def gate_throughput_ips(self):
+        """The throughput that decides a batch gate: the offline run's when there is one."""
+        if self.scenario == Scenario.OFFLINE and self.offline_throughput_ips is not None:
+            return self.offline_throughput_ips
+        return self.throughput_ips
+
+    @property
+    def peak_memory_mb(self):
+        """Peak device memory on a GPU, else the process's peak resident memory."""
+        return self.peak_device_memory_mb if self.gpu else self.peak_rss_mb
+
+    @property
+    def sweep_rows(self):
+        """The batch sweep by batch size, each row with its median milliseconds per image."""
+        rows = sorted((dict(row) for row in self.batch_sweep or []), key=lambda r: r["batch_size"])
+        for row in rows:
+            p50 = (row.get("latency_ms") or {}).get("p50")
+            row["per_image_ms"] = p50 / row["batch_size"] if p50 is not None else None
+        return rows
+
+    @property
+    def stability_state(self):
+        if self.stable is None:
+            return Stability.UNCHECKED
+        return Stability.STABLE if self.stable else Stability.UNSTABLE
+
+    @property
+    def stability_label(self):
+        return Stability.label(self.stability_state)
+
+    @property
+    def stability_color(self):
+        return Stability.color(self.stability_state)
+
+    @property
+    def stability_reasons(self):
+        return (self.stability or {}).get("reasons") or []
+
+    def gate(self):
+        """Judge the run against its device class; the serving pattern picks what decides."""
+        if self.stable is False:
+            reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
+            return Gate(
+                GateVerdict.UNSTABLE,
+                f"The measurement is unstable ({reasons}): measure again before trusting it.",
+            )
+        device_class = self.device_class
+        if device_class.serving_pattern == ServingPattern.BATCH:
+            gate = self._batch_gate(device_class)
+        else:
+            gate = self._realtime_gate(device_class)
+        return self._with_memory(gate, device_class.memory_limit_mb)
+
+    def _realtime_gate(self, device_class):
+        budget = device_class.frame_budget_ms
+        if self.scenario == Scenario.OFFLINE:
+            return Gate(
+                GateVerdict.UNKNOWN,
+                "An Offline run measures throughput only; a real-time class is judged on the "
+                "p99 of a SingleStream or Server run.",
+            )
+        p99, which = self.gate_p99_ms, "Server p99" if self.scenario == Scenario.SERVER else "p99"
+        fps = f"{1000.0 / budget:.0f} fps"
+        if p99 <= budget:
+            return Gate(
+                GateVerdict.MEETS,
+                f"{which} {p99:.2f} ms is within the {budget:g} ms frame budget ({fps}).",
+            )
+        return Gate(
+            GateVerdict.MISSES,
+            f"{which} {p99:.2f} ms is over the {budget:g} ms frame budget ({fps}): "
+            f"{1000.0 / p99:.0f} fps at p99.",
+        )
+
+    def _batch_gate(self, device_class):
+        target, ceiling = device_class.throughput_target_ips, device_class.batch_latency_ceiling_ms
+        if not target:
+            return Gate(
+                GateVerdict.UNKNOWN,
+                "The class is a batch class without a throughput target: set one to judge runs.",
+            )
+        throughput, p99 = self.gate_throughput_ips, self.latency_p99_ms
+        misses = []
+        if throughput < target:
+            misses.append(f"throughput {throughput:.1f} img/s is below the {target:g} img/s target")
+        if ceiling and p99 > ceiling:
+            misses.append(f"per-batch p99 {p99:.2f} ms is over the {ceiling:g} ms ceiling")
+        if misses:
+            sentence = "; ".join(misses)
+            sentence = f"{sentence[0].upper()}{sentence[1:]} (batch {self.batch_size})."
+            return Gate(GateVerdict.MISSES, sentence)
+        within = f", per-batch p99 {p99:.2f} ms within the {ceiling:g} ms ceiling"
+        within = within if ceiling else ""
+        return Gate(
+            GateVerdict.MEETS,
+            f"Throughput {throughput:.1f} img/s meets the {target:g} img/s target "
+            f"at batch {self.batch_size}{within}.",
+        )
+
+    def _with_memory(self, gate, limit_mb):
+        memory = self.peak_memory_mb
+        if not limit_mb or memory is None or memory <= limit_mb:
+            return gate
+        over = f"Peak memory {memory:.0f} MB is over the class's {limit_mb} MB limit."
+        return Gate(GateVerdict.MISSES, f"{over} {gate.reason}")
+
+
+class AccuracyRunQuerySet(models.QuerySet):
+    def for_model(self, model):
+        """Accuracy runs of the engines of every version of the model, oldest version first."""
+        runs = self.filter(engine__model_version__model=model).select_related(
+            "engine__model_version", "engine__device_class", "dataset", "job"
+        )
+        return runs.order_by("engine__model_version__number", "created_at")
 
 
 class AccuracyRun(models.Model):
@@ -150,6 +508,8 @@ class AccuracyRun(models.Model):
     cosine_mean = models.FloatField()
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = AccuracyRunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -184,8 +544,46 @@ class AccuracyRun(models.Model):
             raise ValueError(f"malformed evaluate result: {exc!r}") from exc
 
     @property
+    def metric(self):
+        """The task metric tolerances are measured on (workers/evaluate.py METRICS)."""
+        return self.details.get("metric") or "top1"
+
+    @property
     def metric_drop_points(self):
-        """Top-1 accuracy lost against the FP32 reference, in points (None without labels)."""
-        if self.top1 is None or self.reference_top1 is None:
+        """Task metric (top-1) lost against the FP32 reference, in points (None without labels)."""
+        if self.metric == "top1":
+            before, after = self.reference_top1, self.top1
+        else:
+            before, after = (
+                (self.details.get(k) or {}).get(self.metric) for k in ("reference", "engine")
+            )
+        if before is None or after is None:
             return None
-        return (self.reference_top1 - self.top1) * 100
+        return (before - after) * 100
+
+    def tolerance_breach(self, tolerance):
+        """Say how this run falls outside a tolerance in task-metric points; '' when within.
+
+        Without labels, top-1 agreement with the FP32 reference stands in: below
+        1 - tolerance / 100 is outside. The one definition every page and auto mode use.
+        """
+        drop = self.metric_drop_points
+        if drop is not None:
+            if drop <= tolerance:
+                return ""
+            return (
+                f"{self.metric} {drop:.2f} points below the FP32 reference "
+                f"(tolerance {tolerance:g})"
+            )
+        floor = 1 - tolerance / 100
+        if self.top1_agreement >= floor:
+            return ""
+        return (
+            f"top-1 agrees with the FP32 reference on {self.top1_agreement:.1%} of samples "
+            f"(tolerance: at least {floor:.1%})"
+        )
+
+    @property
+    def within_tolerance(self):
+        """Whether the run is within its engine's class's accuracy tolerance."""
+        return not self.tolerance_breach(self.engine.device_class.accuracy_tolerance)

@@ -5,7 +5,15 @@ from deployhub.devices.models import Device, DeviceClass
 
 @admin.register(DeviceClass)
 class DeviceClassAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "team", "serving_pattern", "frame_budget_ms"]
+    list_display = [
+        "slug",
+        "name",
+        "team",
+        "serving_pattern",
+        "frame_budget_ms",
+        "throughput_target_ips",
+        "batch_latency_ceiling_ms",
+    ]
     list_filter = ["team"]
 
 

@@ -47,7 +47,14 @@ class DeviceClass(models.Model):
     frame_budget_ms = models.FloatField(
         default=33.3, help_text="Per-frame latency budget in milliseconds (30 fps = 33.3 ms)."
     )
-    throughput_target_ips = models.FloatField(null=True, blank=True)
+    throughput_target_ips = models.FloatField(
+        null=True, blank=True, help_text="Images per second a batch class must sustain."
+    )
+    batch_latency_ceiling_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Batch classes: the most one batch may take at p99, in milliseconds.",
+    )
     memory_limit_mb = models.PositiveIntegerField(null=True, blank=True)
     backends = models.JSONField(default=list, blank=True)
     accuracy_tolerance = models.FloatField(
@@ -75,6 +82,30 @@ class DeviceClass(models.Model):
     @property
     def budget_fps(self):
         return 1000.0 / self.frame_budget_ms if self.frame_budget_ms else None
+
+    @property
+    def is_batch(self):
+        return self.serving_pattern == ServingPattern.BATCH
+
+    @property
+    def serving_pattern_color(self):
+        return ServingPattern.color(self.serving_pattern)
+
+    @property
+    def latency_budget_ms(self):
+        """The latency a Server run must keep its p99 within: frame budget, or batch ceiling."""
+        return self.batch_latency_ceiling_ms if self.is_batch else self.frame_budget_ms
+
+    @property
+    def gate_rule(self):
+        """Say in one sentence what a benchmark run must do to meet this class's gate."""
+        if not self.is_batch:
+            return f"p99 per frame within {self.frame_budget_ms:g} ms ({self.budget_fps:.0f} fps)."
+        if not self.throughput_target_ips:
+            return "Batch class without a throughput target: runs cannot be judged."
+        ceiling = self.batch_latency_ceiling_ms
+        limit = f", each batch within {ceiling:g} ms at p99" if ceiling else ""
+        return f"At least {self.throughput_target_ips:g} images/s{limit}."
 
     def online_devices(self):
         """Devices that heartbeat and take jobs (not draining)."""

@@ -6,7 +6,8 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.devices.forms import DeviceClassForm, DeviceForm
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.devices.forms import BudgetForm, DeviceClassEditForm, DeviceClassForm, DeviceForm
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.models import Event, Role
@@ -34,7 +35,10 @@ def device_classes(request):
             Event.record(team, request.user, "device_class.created", device_class)
             return redirect(device_class)
     classes = team.device_classes.prefetch_related("devices") if team else []
-    return render(request, "devices/classes.html", {"classes": classes, "form": form})
+    status = 400 if form.errors else 200
+    return render(
+        request, "devices/classes.html", {"classes": classes, "form": form}, status=status
+    )
 
 
 @login_required
@@ -47,14 +51,57 @@ def device_class_detail(request, pk):
         form = DeviceForm(request.POST)
         if form.is_valid():
             new_token = _register_device(request, device_class, form)
-    context = {
+    context = _class_context(request, device_class, form=form, new_token=new_token)
+    status = 400 if form.errors or context["budget_form"].errors else 200
+    return render(request, "devices/class_detail.html", context, status=status)
+
+
+def _class_context(request, device_class, **extra):
+    return {
         "device_class": device_class,
         "devices": device_class.devices.all(),
-        "form": form,
-        "new_token": new_token,
         "jobs": device_class.jobs.select_related("model_version__model")[:10],
+        "edit_form": DeviceClassEditForm(instance=device_class),
+        **_budget_calculator(request, device_class),
+        **extra,
     }
-    return render(request, "devices/class_detail.html", context)
+
+
+def _budget_calculator(request, device_class):
+    """Return the calculator's form and, for a valid ?fps=, the budget and the runs within it."""
+    form = BudgetForm(request.GET if "fps" in request.GET else None)
+    if not form.is_valid():
+        return {"budget_form": form, "budget_ms": None, "budget_runs": []}
+    budget_ms = 1000.0 / form.cleaned_data["fps"]
+    runs = (
+        BenchmarkRun.objects.filter(device_class=device_class)
+        .within_budget(budget_ms)
+        .select_related("model_version__model", "engine", "device", "device_class", "job")
+        .order_by("gate_p99")[:100]
+    )
+    return {"budget_form": form, "budget_ms": budget_ms, "budget_runs": runs}
+
+
+@login_required
+@require_POST
+def device_class_edit(request, pk):
+    """Change a class's serving pattern and budgets; invalid input changes nothing."""
+    device_class = _get_device_class_for_user(request, pk)
+    require_role(request.user, device_class.team, Role.ADMIN)
+    form = DeviceClassEditForm(request.POST, instance=_get_device_class_for_user(request, pk))
+    if not form.is_valid():
+        context = _class_context(request, device_class, form=DeviceForm(), edit_form=form)
+        return render(request, "devices/class_detail.html", context, status=400)
+    form.save()
+    Event.record(
+        device_class.team,
+        request.user,
+        "device_class.changed",
+        device_class,
+        changed=form.changed_data,
+    )
+    messages.success(request, f"{device_class} saved: {form.instance.gate_rule}")
+    return redirect(device_class)
 
 
 def _register_device(request, device_class, form):

@@ -160,6 +160,49 @@ def evaluation_dataset_of(job):
     )
 
 
+def golden_set_of(job):
+    """Return the golden set an evaluate job checks its engine on, if any."""
+    from deployhub.registry.models import GoldenSet
+
+    golden_id = (job.params.get("golden") or {}).get("set") if job.kind == "evaluate" else None
+    if not golden_id or job.engine is None:
+        return None
+    return GoldenSet.objects.filter(pk=golden_id, model_version=job.engine.model_version).first()
+
+
+def request_evaluation(engine, user, *, dataset=None, golden_set=None, max_samples=1000):
+    """Queue an evaluate job of an engine on a dataset, on a golden set, or both."""
+    from deployhub.jobs.actions import submit_job
+
+    version = engine.model_version
+    if dataset is None and golden_set is None:
+        raise BuildRefused("Choose a dataset, a golden set or both to evaluate the engine on.")
+    if dataset is not None and dataset.model_id != version.model_id:
+        raise BuildRefused(f"The dataset {dataset.name!r} belongs to another model.")
+    if golden_set is not None and golden_set.model_version_id != version.pk:
+        raise BuildRefused(f"The golden set {golden_set.name!r} belongs to another version.")
+    params = {"max_samples": max_samples}
+    if dataset is not None:
+        params["dataset"] = dataset.pk
+    if golden_set is not None:
+        params["golden"] = {
+            "set": golden_set.pk,
+            "atol": golden_set.atol,
+            "rtol": golden_set.rtol,
+            "input_names": [spec["name"] for spec in version.inputs],
+            "output_names": [spec["name"] for spec in version.outputs],
+        }
+    return submit_job(
+        team=engine.team,
+        kind="evaluate",
+        device_class=engine.device_class,
+        user=user,
+        model_version=version,
+        engine=engine,
+        params=params,
+    )
+
+
 def timing_cache_for(job, device):
     """Return the timing cache a compile job should start from on this device, if any."""
     if job.kind != "compile" or not device.fingerprint:

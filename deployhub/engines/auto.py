@@ -28,8 +28,6 @@ BUILD_CONFIGS = {
     ("tensorrt", "int8"): {"precision": "int8"},
     ("torch-aoti", "fp32"): {"device": "cpu", "precision": "fp32"},
 }
-# Without labels, a build is within tolerance when its top-1 agrees this often with FP32.
-MIN_AGREEMENT = 0.99
 BENCHMARK_PARAMS = {"batch_size": 1, "warmup_iterations": 20, "iterations": 300}
 
 
@@ -157,10 +155,7 @@ def advance_for_job(job):
 
 
 def _accuracy_ok(accuracy, tolerance):
-    drop = accuracy.metric_drop_points
-    if drop is not None:
-        return drop <= tolerance
-    return accuracy.top1_agreement >= MIN_AGREEMENT
+    return not accuracy.tolerance_breach(tolerance)
 
 
 def _score(build):

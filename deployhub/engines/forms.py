@@ -36,3 +36,26 @@ class CompileForm(forms.Form):
         if not isinstance(config, dict):
             raise forms.ValidationError("The build config is a JSON object.")
         return config
+
+
+class EvaluateForm(forms.Form):
+    """Evaluate an engine on a dataset of its model, a golden set of its version, or both."""
+
+    dataset = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="Compared with the FP32 source, sample by sample."
+    )
+    golden_set = forms.ModelChoiceField(
+        queryset=None, required=False, help_text="Outputs the engine must reproduce."
+    )
+    max_samples = forms.IntegerField(min_value=1, max_value=100_000, initial=1000)
+
+    def __init__(self, *args, engine, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = engine.model_version.model.datasets.all()
+        self.fields["golden_set"].queryset = engine.model_version.golden_sets.all()
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("dataset") and not data.get("golden_set"):
+            raise forms.ValidationError("Choose a dataset, a golden set or both.")
+        return data

@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
+from django.utils.functional import cached_property
 
 from deployhub.choices import ChoiceSet
 
@@ -82,6 +83,23 @@ class Engine(models.Model):
     @property
     def status_color(self):
         return EngineStatus.color(self.status)
+
+    @cached_property
+    def accuracy_flags(self):
+        """Say why the engine is not to be trusted, one reason each; [] when nothing is wrong.
+
+        Its latest accuracy run outside its class's tolerance (AccuracyRun.tolerance_breach),
+        or the latest check on any golden set of its version that failed. Every page that
+        lists engines shows these (templates/engines/_flags.html).
+        """
+        from deployhub.registry.models import latest_per
+
+        flags = []
+        latest = self.accuracy.order_by("-created_at", "-pk").first()
+        if latest and (breach := latest.tolerance_breach(self.device_class.accuracy_tolerance)):
+            flags.append(f"outside the accuracy tolerance: {breach}")
+        golden = latest_per(self.golden_runs.select_related("golden_set"), "golden_set_id")
+        return flags + [run.reason for run in golden if not run.passed]
 
 
 class TimingCache(models.Model):

@@ -5,11 +5,18 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
+from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.engines import auto
-from deployhub.engines.actions import BuildRefused, compatibility_matrix, rebuild, request_compile
-from deployhub.engines.forms import CompileForm
+from deployhub.engines.actions import (
+    BuildRefused,
+    compatibility_matrix,
+    rebuild,
+    request_compile,
+    request_evaluation,
+)
+from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.models import AutoRun, Engine
-from deployhub.jobs.actions import submit_job
 from deployhub.registry.views import _get_version_for_user
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
@@ -51,11 +58,28 @@ def version_compile(request, pk):
 
 @login_required
 def engine_detail(request, pk):
-    engine = _get_engine_for_user(request, pk)
+    return _engine_page(request, _get_engine_for_user(request, pk))
+
+
+def _engine_form(engine, data=None):
+    version = engine.model_version
+    return BenchmarkForm(data, team=engine.team, version=version, device_class=engine.device_class)
+
+
+def _engine_page(request, engine, benchmark_form=None, status=200, evaluate_form=None):
     matrix = compatibility_matrix(engine.model_version, engine.device_class)
     cells = next((row for candidate, row in matrix if candidate.pk == engine.pk), [])
-    context = {"engine": engine, "cells": cells, "benchmarks": engine.benchmarks.all()}
-    return render(request, "engines/detail.html", context)
+    benchmarks = engine.benchmarks.select_related("device", "device_class", "job", "engine")
+    context = {
+        "engine": engine,
+        "cells": cells,
+        "benchmarks": benchmarks,
+        "benchmark_form": benchmark_form or _engine_form(engine),
+        "evaluate_form": evaluate_form or EvaluateForm(engine=engine),
+        "accuracy_runs": engine.accuracy.select_related("dataset", "job")[:10],
+        "golden_runs": engine.golden_runs.select_related("golden_set", "job")[:10],
+    }
+    return render(request, "engines/detail.html", context, status=status)
 
 
 @login_required
@@ -75,17 +99,43 @@ def engine_rebuild(request, pk):
 def engine_benchmark(request, pk):
     engine = _get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
-    job = submit_job(
-        team=engine.team,
-        kind="benchmark",
-        device_class=engine.device_class,
-        user=request.user,
-        model_version=engine.model_version,
-        engine=engine,
-        params={"batch_size": 1, "warmup_iterations": 10, "iterations": 1000},
-    )
+    form = _engine_form(engine, request.POST)
+    if not form.is_valid():
+        messages.error(request, "Benchmark not queued: see the form below.")
+        return _engine_page(request, engine, benchmark_form=form, status=400)
+    try:
+        job = submit_benchmark(form, request.user, engine.model_version, engine=engine)
+    except BenchmarkRefused as exc:
+        messages.error(request, str(exc))
+        return redirect(engine)
     messages.success(request, f"Benchmark of {engine} queued as job #{job.pk}.")
     return redirect(f"{engine.model_version.get_absolute_url()}#job-{job.pk}")
+
+
+@login_required
+@require_POST
+def engine_evaluate(request, pk):
+    """Queue an evaluate job of the engine: on a dataset, on golden pairs, or both."""
+    engine = _get_engine_for_user(request, pk)
+    require_role(request.user, engine.team, Role.ENGINEER)
+    form = EvaluateForm(request.POST, engine=engine)
+    if not form.is_valid():
+        messages.error(request, "Evaluation not queued: see the form below.")
+        return _engine_page(request, engine, status=400, evaluate_form=form)
+    data = form.cleaned_data
+    try:
+        job = request_evaluation(
+            engine,
+            request.user,
+            dataset=data["dataset"],
+            golden_set=data["golden_set"],
+            max_samples=data["max_samples"],
+        )
+    except BuildRefused as exc:
+        messages.error(request, str(exc))
+        return redirect(engine)
+    messages.success(request, f"Evaluation of {engine} queued as job #{job.pk}.")
+    return redirect(job)
 
 
 @login_required

@@ -11,20 +11,23 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.actions import record_engine
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.parity.models import ParityRun
 from deployhub.registry.exports import record_export
+from deployhub.registry.golden import record_evaluation
 from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
 
 RESULT_HANDLERS = {
     JobKind.BENCHMARK: BenchmarkRun.record,
-    JobKind.EVALUATE: AccuracyRun.record,
+    JobKind.EVALUATE: record_evaluation,
     JobKind.EXPORT: record_export,
     JobKind.COMPILE: record_engine,
+    JobKind.PARITY: ParityRun.record,
 }
 
 __all__ = ["JobConflict", "ResultRejected", "WrongDevice"]

@@ -4,6 +4,7 @@ from django import forms
 
 from deployhub.devices.models import DeviceClass
 from deployhub.registry.models import DatasetKind
+from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
 
 JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
 
@@ -81,16 +82,12 @@ class DatasetForm(forms.Form):
     )
 
 
-class BenchmarkForm(forms.Form):
-    device_class = forms.ModelChoiceField(queryset=DeviceClass.objects.none(), empty_label=None)
-    batch_size = forms.IntegerField(min_value=1, max_value=1024, initial=1)
-    warmup_iterations = forms.IntegerField(min_value=0, max_value=10_000, initial=10)
-    iterations = forms.IntegerField(min_value=1, max_value=1_000_000, initial=1000)
-
-    def __init__(self, *args, team, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["device_class"].queryset = team_classes(team)
-
-    def params(self):
-        data = self.cleaned_data
-        return {key: data[key] for key in ("batch_size", "warmup_iterations", "iterations")}
+class GoldenSetForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    file = forms.FileField(
+        help_text=".npz of arrays named by the model's inputs and outputs, each with a leading "
+        "pair axis (one pair: x[None]); or a .zip of ONNX test data "
+        "(test_data_set_N/input_K.pb, output_K.pb)."
+    )
+    atol = forms.FloatField(min_value=0, initial=DEFAULT_ATOL, help_text="Absolute tolerance.")
+    rtol = forms.FloatField(min_value=0, initial=DEFAULT_RTOL, help_text="Relative tolerance.")

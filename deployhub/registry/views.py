@@ -7,25 +7,26 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
+from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import Engine
 from deployhub.engines.preflight import preflight_grid
-from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.diff import diff_versions
 from deployhub.registry.exports import submit_export
 from deployhub.registry.forms import (
-    BenchmarkForm,
     DatasetForm,
     DeriveVersionForm,
     EditNotesForm,
+    GoldenSetForm,
     NewModelForm,
     VersionUploadForm,
 )
+from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model, ModelVersion, VersionFormat
 from deployhub.registry.uploads import (
@@ -149,7 +150,7 @@ def _version_context(version, **forms):
     return {
         "version": version,
         "model": version.model,
-        "benchmark_form": BenchmarkForm(team=version.team),
+        "benchmark_form": BenchmarkForm(team=version.team, version=version),
         "derive_form": DeriveVersionForm(
             initial={"preprocessing": version.preprocessing, "contract": version.contract}
         ),
@@ -157,6 +158,7 @@ def _version_context(version, **forms):
             initial={"notes": version.notes, "tags": ", ".join(version.tags)}
         ),
         "dataset_form": DatasetForm(),
+        "golden_form": GoldenSetForm(),
         **forms,
         "benchmarks": BenchmarkRun.objects.for_version(version),
         "jobs": version.jobs.select_related("device_class", "device")[:20],
@@ -170,6 +172,7 @@ def _version_context(version, **forms):
         "diff": diff_versions(previous, version) if previous else [],
         "children": version.children.all(),
         "datasets": version.model.datasets.all(),
+        "golden_sets": version.golden_sets.all(),
         "engines": Engine.objects.for_version(version),
         "matrices": _matrices(version),
         "compile_form": CompileForm(team=version.team),
@@ -199,21 +202,16 @@ def version_results(request, pk):
 def version_benchmark(request, pk):
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    if not version.is_onnx:
-        messages.error(request, "Benchmark the ONNX version exported from this .pt2 instead.")
-        return redirect(version)
-    form = BenchmarkForm(request.POST, team=version.team)
+    form = BenchmarkForm(request.POST, team=version.team, version=version)
     if not form.is_valid():
-        messages.error(request, f"Benchmark not queued: {form.errors.as_text()}")
+        messages.error(request, "Benchmark not queued: see the form below.")
+        context = _version_context(version, benchmark_form=form)
+        return render(request, "registry/version_detail.html", context, status=400)
+    try:
+        job = submit_benchmark(form, request.user, version)
+    except BenchmarkRefused as exc:
+        messages.error(request, str(exc))
         return redirect(version)
-    job = submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=form.cleaned_data["device_class"],
-        user=request.user,
-        model_version=version,
-        params=form.params(),
-    )
     messages.success(request, f"Benchmark queued as job #{job.pk}.")
     return redirect(f"{version.get_absolute_url()}#job-{job.pk}")
 
@@ -285,4 +283,30 @@ def version_dataset(request, pk):
         except (InvalidModel, DatasetError) as exc:
             form.add_error("file", str(exc))
     context = _version_context(version, dataset_form=form)
+    return render(request, "registry/version_detail.html", context, status=400)
+
+
+@login_required
+@require_POST
+def version_golden(request, pk):
+    """Attach golden input/output pairs to a version."""
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = GoldenSetForm(request.POST, request.FILES)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            golden = create_golden_set(
+                version,
+                data["file"],
+                request.user,
+                name=data["name"],
+                atol=data["atol"],
+                rtol=data["rtol"],
+            )
+            messages.success(request, f"Golden set {golden} attached.")
+            return redirect(f"{version.get_absolute_url()}#golden")
+        except (InvalidModel, GoldenError) as exc:
+            form.add_error("file", str(exc))
+    context = _version_context(version, golden_form=form)
     return render(request, "registry/version_detail.html", context, status=400)

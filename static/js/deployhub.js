@@ -151,3 +151,15 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   });
 });
+
+// Budget calculator (device class page): show 1000 / fps while typing; the GET form works without it.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("form[data-budget-calculator]").forEach((form) => {
+    const input = form.querySelector("input[name=fps]");
+    const output = form.querySelector(".budget-output");
+    input.addEventListener("input", () => {
+      const fps = parseFloat(input.value);
+      output.textContent = fps > 0 ? "Budget " + (1000 / fps).toFixed(2) + " ms per frame" : "";
+    });
+  });
+});

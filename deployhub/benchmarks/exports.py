@@ -1,0 +1,219 @@
+"""A model's results as rows and JSON: every version's benchmark and accuracy runs."""
+
+import csv
+import io
+
+from deployhub.benchmarks.models import PERCENTILES, AccuracyRun, BenchmarkRun
+
+BENCHMARK_COLUMNS = [
+    "id",
+    "job",
+    "version",
+    "version_id",
+    "device_class",
+    "serving_pattern",
+    "device",
+    "engine",
+    "backend",
+    "provider",
+    "precision",
+    "scenario",
+    "batch_size",
+    "warmup_s",
+    "duration_s",
+    "warmup_iterations",
+    "iterations",
+    "intra_op_threads",
+    *(f"latency_{key}_ms" for key in PERCENTILES),
+    "throughput_ips",
+    "fps",
+    "gate",
+    "gate_reason",
+    "stable",
+    "stability_reasons",
+    "cv",
+    "drift",
+    "server_target_qps",
+    "server_achieved_qps",
+    "server_p99_ms",
+    "max_qps_in_budget",
+    "offline_samples",
+    "offline_wall_s",
+    "offline_throughput_ips",
+    "peak_rss_mb",
+    "rss_growth_mb",
+    "peak_device_memory_mb",
+    "host_cpu_model",
+    "host_logical_cpus",
+    "created_at",
+]
+
+ACCURACY_COLUMNS = [
+    "id",
+    "job",
+    "version",
+    "version_id",
+    "device_class",
+    "engine",
+    "backend",
+    "precision",
+    "dataset",
+    "samples",
+    "reference_top1",
+    "top1",
+    "reference_top5",
+    "top5",
+    "top1_drop_points",
+    "tolerance_points",
+    "within_tolerance",
+    "top1_agreement",
+    "max_abs_error",
+    "mean_abs_error",
+    "cosine_min",
+    "cosine_mean",
+    "created_at",
+]
+
+COPIED = [
+    "backend",
+    "provider",
+    "scenario",
+    "batch_size",
+    "warmup_s",
+    "duration_s",
+    "warmup_iterations",
+    "iterations",
+    "intra_op_threads",
+    *(f"latency_{key}_ms" for key in PERCENTILES),
+    "throughput_ips",
+    "stable",
+    "cv",
+    "drift",
+    "server_target_qps",
+    "server_achieved_qps",
+    "server_p99_ms",
+    "max_qps_in_budget",
+    "offline_samples",
+    "offline_wall_s",
+    "offline_throughput_ips",
+    "peak_rss_mb",
+    "rss_growth_mb",
+    "peak_device_memory_mb",
+    "host_cpu_model",
+    "host_logical_cpus",
+]
+
+
+def benchmark_row(run):
+    """Return a benchmark run as one flat row (the CSV's columns)."""
+    gate = run.gate()
+    return {
+        "id": run.pk,
+        "job": run.job_id,
+        "version": run.model_version.number,
+        "version_id": run.model_version_id,
+        "device_class": run.device_class.slug,
+        "serving_pattern": run.device_class.serving_pattern,
+        "device": run.device.name if run.device else None,
+        "engine": run.engine_id,
+        "precision": run.precision,
+        **{field: getattr(run, field) for field in COPIED},
+        "fps": run.fps,
+        "gate": gate.verdict,
+        "gate_reason": gate.reason,
+        "stability_reasons": "; ".join(run.stability_reasons),
+        "created_at": run.created_at.isoformat(),
+    }
+
+
+def benchmark_json(run):
+    """Return a benchmark run as JSON: its flat row plus the nested blocks the worker sent."""
+    gate = run.gate()
+    return {
+        **benchmark_row(run),
+        "gate": {"verdict": gate.verdict, "label": gate.label, "reason": gate.reason},
+        "stability": {**(run.stability or {}), "stable": run.stable, "cv": run.cv},
+        "latency_ms": {key: getattr(run, f"latency_{key}_ms") for key in PERCENTILES},
+        "server": run.server,
+        "batch_sweep": run.batch_sweep,
+        "host": run.host,
+        "gpu": run.gpu,
+        "url": run.job.get_absolute_url(),
+    }
+
+
+ACCURACY_COPIED = [
+    "samples",
+    "reference_top1",
+    "top1",
+    "reference_top5",
+    "top5",
+    "top1_agreement",
+    "max_abs_error",
+    "mean_abs_error",
+    "cosine_min",
+    "cosine_mean",
+]
+
+
+def accuracy_row(run):
+    """Return an accuracy run as one flat row (the CSV's columns)."""
+    engine = run.engine
+    return {
+        "id": run.pk,
+        "job": run.job_id,
+        "version": engine.model_version.number,
+        "version_id": engine.model_version_id,
+        "device_class": engine.device_class.slug,
+        "engine": engine.pk,
+        "backend": engine.backend,
+        "precision": engine.build_config.get("precision") or "fp32",
+        "dataset": run.dataset.name if run.dataset else None,
+        **{field: getattr(run, field) for field in ACCURACY_COPIED},
+        "top1_drop_points": run.metric_drop_points,
+        "tolerance_points": engine.device_class.accuracy_tolerance,
+        "within_tolerance": run.within_tolerance,
+        "created_at": run.created_at.isoformat(),
+    }
+
+
+def model_results(model):
+    """Return every benchmark and accuracy run of the model's versions, as JSON."""
+    return {
+        "model": {"id": model.pk, "name": model.name, "team": model.team.slug},
+        "versions": [
+            {"id": v.pk, "number": v.number, "sha256": v.sha256, "format": v.format}
+            for v in model.versions.order_by("number")
+        ],
+        "benchmarks": [benchmark_json(run) for run in BenchmarkRun.objects.for_model(model)],
+        "accuracy": [accuracy_row(run) for run in AccuracyRun.objects.for_model(model)],
+    }
+
+
+def _cell(value):
+    # A text cell starting with = + - @ is a formula to a spreadsheet: quote it.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return "" if value is None else value
+
+
+def csv_text(rows, columns):
+    """Return rows (dicts) as CSV text with a header of `columns`."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: _cell(row.get(key)) for key in columns})
+    return out.getvalue()
+
+
+def benchmarks_csv(model):
+    """Return the model's benchmark runs as CSV."""
+    rows = [benchmark_row(run) for run in BenchmarkRun.objects.for_model(model)]
+    return csv_text(rows, BENCHMARK_COLUMNS)
+
+
+def accuracy_csv(model):
+    """Return the model's accuracy runs as CSV."""
+    rows = [accuracy_row(run) for run in AccuracyRun.objects.for_model(model)]
+    return csv_text(rows, ACCURACY_COLUMNS)
