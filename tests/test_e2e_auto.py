@@ -47,8 +47,10 @@ def test_auto_mode_builds_measures_and_recommends(
     assert builds[("torch-aoti", "fp32")].skipped
     best = run.recommended
     assert best is not None and best.within_tolerance
-    eligible = [b for b in builds.values() if b.within_tolerance and b.meets_budget]
+    within = [b for b in builds.values() if b.within_tolerance]
+    eligible = [b for b in within if b.meets_budget] or within  # a noisy run may not count
     assert best.benchmark.latency_p50_ms == min(b.benchmark.latency_p50_ms for b in eligible)
+    assert all(b.benchmark.duration_s >= 2.5 for b in within)  # measured by time, not a count
     assert best.pareto
     client.login(username="alice", password=PASSWORD)
     page = client.get(run.get_absolute_url()).content.decode()

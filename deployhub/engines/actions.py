@@ -170,7 +170,9 @@ def golden_set_of(job):
     return GoldenSet.objects.filter(pk=golden_id, model_version=job.engine.model_version).first()
 
 
-def request_evaluation(engine, user, *, dataset=None, golden_set=None, max_samples=1000):
+def request_evaluation(
+    engine, user, *, dataset=None, golden_set=None, max_samples=1000, extra_params=None
+):
     """Queue an evaluate job of an engine on a dataset, on a golden set, or both."""
     from deployhub.jobs.actions import submit_job
 
@@ -181,7 +183,7 @@ def request_evaluation(engine, user, *, dataset=None, golden_set=None, max_sampl
         raise BuildRefused(f"The dataset {dataset.name!r} belongs to another model.")
     if golden_set is not None and golden_set.model_version_id != version.pk:
         raise BuildRefused(f"The golden set {golden_set.name!r} belongs to another version.")
-    params = {"max_samples": max_samples}
+    params = {"max_samples": max_samples, **(extra_params or {})}
     if dataset is not None:
         params["dataset"] = dataset.pk
     if golden_set is not None:

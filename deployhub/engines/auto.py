@@ -1,15 +1,22 @@
 """Auto mode: build a small grid over the class's backends, measure each, recommend one.
 
 Each build is compiled (or taken from the store), benchmarked and evaluated
-against the FP32 source on the version's dataset. The recommendation is the
-fastest build within the class's accuracy tolerance and frame budget; the
-Pareto-optimal builds (no other build both faster and more accurate) are marked.
+against the FP32 source on the version's dataset (and on its newest golden
+set, when it has one). The device class's serving pattern decides how builds
+are measured and compared: a real-time class one frame at a time (batch 1,
+SingleStream, p99 against the frame budget), a batch class in its batches
+(Offline, throughput against the target). The recommendation is the fastest
+build within the class's accuracy tolerance (and reproducing the golden pairs)
+that meets the class's gate; the Pareto-optimal builds (no other build both
+faster and more accurate) are marked.
 """
 
 from django.db import transaction
 from django.utils import timezone
 
-from deployhub.engines.actions import BuildRefused, request_compile
+from deployhub.benchmarks.batches import batch_rule
+from deployhub.benchmarks.models import GateVerdict
+from deployhub.engines.actions import BuildRefused, request_compile, request_evaluation
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
 from deployhub.engines.preflight import GRID, preflight
 from deployhub.jobs.models import JobState
@@ -28,7 +35,19 @@ BUILD_CONFIGS = {
     ("tensorrt", "int8"): {"precision": "int8"},
     ("torch-aoti", "fp32"): {"device": "cpu", "precision": "fp32"},
 }
-BENCHMARK_PARAMS = {"batch_size": 1, "warmup_iterations": 20, "iterations": 300}
+# Measured by time, so a slow build is not measured for minutes and a fast one not for
+# milliseconds; the harness flags a run as unstable when its windows disagree.
+REALTIME_BENCHMARK = {
+    "scenario": "single-stream",
+    "batch_size": 1,
+    "warmup_s": 1.0,
+    "duration_s": 3.0,
+}
+BATCH_BENCHMARK = {"scenario": "offline", "warmup_s": 1.0, "duration_s": 3.0}
+# A batch class is measured at this batch when the contract allows it (tensor cores like
+# multiples of 8), else at the largest batch below it the contract allows.
+PREFERRED_BATCH = 8
+EVALUATION_SAMPLES = 1000
 
 
 class AutoRefused(ValueError):
@@ -91,25 +110,43 @@ def _add_build(run, backend, precision, user):
         job.save(update_fields=["params"])
 
 
+def benchmark_params(version, device_class):
+    """Return how auto mode benchmarks a build for this class's serving pattern."""
+    if not device_class.is_batch:
+        return dict(REALTIME_BENCHMARK)
+    return {**BATCH_BENCHMARK, "batch_size": batch_for(version)}
+
+
+def batch_for(version):
+    """Return the batch a batch class's builds are measured at: 8, or what the contract allows."""
+    rule = batch_rule(version)
+    allowed = rule.sizes or range(rule.low, rule.high + 1)
+    below = [size for size in allowed if size <= PREFERRED_BATCH]
+    return max(below) if below else min(allowed)
+
+
 def _measure(build, user):
     """Queue the benchmark and the evaluation of a build's engine."""
     from deployhub.jobs.actions import submit_job
 
     run, engine = build.auto_run, build.engine
-    common = {
-        "team": run.team,
-        "device_class": run.device_class,
-        "user": user,
-        "model_version": engine.model_version,
-        "engine": engine,
-    }
+    params = {**benchmark_params(engine.model_version, run.device_class), "auto_build": build.pk}
     build.benchmark_job = submit_job(
-        kind="benchmark", **common, params={**BENCHMARK_PARAMS, "auto_build": build.pk}
+        kind="benchmark",
+        team=run.team,
+        device_class=run.device_class,
+        user=user,
+        model_version=engine.model_version,
+        engine=engine,
+        params=params,
     )
-    build.evaluate_job = submit_job(
-        kind="evaluate",
-        **common,
-        params={"dataset": run.dataset_id, "max_samples": 1000, "auto_build": build.pk},
+    build.evaluate_job = request_evaluation(
+        engine,
+        user,
+        dataset=run.dataset,
+        golden_set=engine.model_version.golden_sets.order_by("-created_at").first(),
+        max_samples=EVALUATION_SAMPLES,
+        extra_params={"auto_build": build.pk},
     )
 
 
@@ -158,6 +195,20 @@ def _accuracy_ok(accuracy, tolerance):
     return not accuracy.tolerance_breach(tolerance)
 
 
+def _golden_ok(build):
+    """Return True unless the build's evaluation checked golden pairs and they failed."""
+    golden = build.golden
+    return golden is None or golden.passed
+
+
+def ms_per_image(build):
+    """Return the build's time per image as its class's pattern measures it (lower is faster)."""
+    benchmark = build.benchmark
+    if build.auto_run.device_class.is_batch:
+        return 1000.0 / benchmark.gate_throughput_ips
+    return benchmark.latency_p50_ms / benchmark.batch_size
+
+
 def _score(build):
     accuracy = build.accuracy
     return accuracy.top1 if accuracy.top1 is not None else accuracy.top1_agreement
@@ -166,15 +217,16 @@ def _score(build):
 def rank(run):
     """Mark the Pareto-optimal builds and the recommended one; finish the run."""
     measured = [b for b in run.builds.all() if not b.error and b.benchmark and b.accuracy]
-    budget, tolerance = run.device_class.frame_budget_ms, run.device_class.accuracy_tolerance
+    tolerance = run.device_class.accuracy_tolerance
     for build in measured:
-        build.meets_budget = build.benchmark.latency_p99_ms <= budget
-        build.within_tolerance = _accuracy_ok(build.accuracy, tolerance)
+        verdict = build.benchmark.gate().verdict
+        build.meets_budget = {GateVerdict.MEETS: True, GateVerdict.MISSES: False}.get(verdict)
+        build.within_tolerance = _accuracy_ok(build.accuracy, tolerance) and _golden_ok(build)
+        point = (ms_per_image(build), _score(build))
         build.pareto = not any(
-            other.benchmark.latency_p50_ms <= build.benchmark.latency_p50_ms
-            and _score(other) >= _score(build)
-            and (other.benchmark.latency_p50_ms, _score(other))
-            != (build.benchmark.latency_p50_ms, _score(build))
+            ms_per_image(other) <= point[0]
+            and _score(other) >= point[1]
+            and (ms_per_image(other), _score(other)) != point
             for other in measured
         )
         build.save()
@@ -187,18 +239,21 @@ def rank(run):
 def _recommend(measured):
     eligible = [b for b in measured if b.within_tolerance and b.meets_budget]
     eligible = eligible or [b for b in measured if b.within_tolerance]
-    return min(eligible, key=lambda b: b.benchmark.latency_p50_ms, default=None)
+    return min(eligible, key=ms_per_image, default=None)
 
 
 def _summary(run, measured):
     if run.recommended is None:
         return "No build stayed within the accuracy tolerance." if measured else "No build ran."
-    best = run.recommended
-    text = (
-        f"Recommended: {best.backend} {best.precision}, p50 {best.benchmark.latency_p50_ms:.3f} ms"
-    )
+    best, device_class = run.recommended, run.device_class
+    benchmark = best.benchmark
+    if device_class.is_batch:
+        figure = f"{benchmark.gate_throughput_ips:.1f} images/s at batch {benchmark.batch_size}"
+    else:
+        figure = f"p50 {benchmark.latency_p50_ms:.3f} ms"
+    text = f"Recommended: {best.backend} {best.precision}, {figure}"
     if not best.meets_budget:
-        text += f"; no build meets the {run.device_class.frame_budget_ms} ms budget at p99"
+        text += f"; no build meets the class's gate ({device_class.gate_rule[:-1]})"
     return text
 
 

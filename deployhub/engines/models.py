@@ -237,3 +237,9 @@ class AutoBuild(models.Model):
     def accuracy(self):
         job = self.evaluate_job
         return getattr(job, "accuracy", None) if job else None
+
+    @property
+    def golden(self):
+        """The golden-pairs check of this build's evaluation, if it had one."""
+        job = self.evaluate_job
+        return getattr(job, "golden_run", None) if job else None
