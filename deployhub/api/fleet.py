@@ -9,6 +9,7 @@ from django.views.decorators.http import require_http_methods
 from deployhub.api.registry import BadInput, token_required
 from deployhub.devices.models import Device
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
+from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
@@ -49,6 +50,7 @@ def engine_json(engine):
         "status": engine.status,
         "status_reason": engine.status_reason,
         "accuracy_flags": engine.accuracy_flags,
+        "release_gates": [gate.as_json() for gate in release_gates(engine)],
         "tool_versions": engine.tool_versions,
         "build_seconds": engine.build_seconds,
         "built_on": engine.built_on.name if engine.built_on else None,

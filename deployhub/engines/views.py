@@ -16,6 +16,7 @@ from deployhub.engines.actions import (
     request_evaluation,
 )
 from deployhub.engines.forms import CompileForm, EvaluateForm
+from deployhub.engines.gates import gates_open, release_gates
 from deployhub.engines.models import AutoRun, Engine
 from deployhub.registry.views import _get_version_for_user
 from deployhub.teams.access import require_role, teams_of
@@ -78,6 +79,8 @@ def _engine_page(request, engine, benchmark_form=None, status=200, evaluate_form
         "evaluate_form": evaluate_form or EvaluateForm(engine=engine),
         "accuracy_runs": engine.accuracy.select_related("dataset", "job")[:10],
         "golden_runs": engine.golden_runs.select_related("golden_set", "job")[:10],
+        "gates": (gates := release_gates(engine)),
+        "gates_open": gates_open(gates),
     }
     return render(request, "engines/detail.html", context, status=status)
 

@@ -17,11 +17,15 @@ class GateStatus(ChoiceSet):
     PASSED = "passed"
     FAILED = "failed"
     MISSING = "missing"
+    NOT_REQUIRED = "not-required"
     CHOICES = (
         (PASSED, "Passed", "green"),
         (FAILED, "Failed", "red"),
         (MISSING, "Missing", "grey"),
+        (NOT_REQUIRED, "Not required", "grey"),
     )
+    # What lets a release through: a gate that passed, or one with nothing to check.
+    OPEN = (PASSED, NOT_REQUIRED)
 
 
 @dataclass(frozen=True)

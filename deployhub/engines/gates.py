@@ -1,0 +1,80 @@
+"""Release gates of an engine: what it must show before it is proposed for its device class.
+
+Four gates, each passed, failed or missing (or not required), with the reason
+as a sentence and the run behind it:
+
+- parity: the version's preprocessing reproduces the training tensors
+  (deployhub/parity/gates.py);
+- accuracy: the engine's latest evaluation is within the class's tolerance
+  (AccuracyRun.tolerance_breach, the rule every flag uses);
+- golden: the engine reproduces every golden set of its version (the latest
+  check of each); not required when the version has none;
+- performance: the engine's latest benchmark on its class meets the class's
+  gate, as its serving pattern defines it (BenchmarkRun.gate).
+
+The approval workflow refuses to promote an engine whose gates are not all open.
+"""
+
+from deployhub.benchmarks.models import GateVerdict
+from deployhub.parity.gates import Gate, GateStatus, parity_gate
+from deployhub.registry.models import latest_per
+
+
+def release_gates(engine):
+    """Return the engine's release gates, in the order a reviewer reads them."""
+    return [
+        parity_gate(engine.model_version),
+        accuracy_gate(engine),
+        golden_gate(engine),
+        performance_gate(engine),
+    ]
+
+
+def gates_open(gates):
+    """Return True when every gate passed or has nothing to check."""
+    return all(gate.status in GateStatus.OPEN for gate in gates)
+
+
+def accuracy_gate(engine):
+    """Return whether the engine's latest evaluation is within its class's tolerance."""
+    run = engine.accuracy.order_by("-created_at", "-pk").first()
+    if run is None:
+        return Gate("accuracy", GateStatus.MISSING, "No evaluation yet: evaluate the engine.")
+    tolerance = engine.device_class.accuracy_tolerance
+    if breach := run.tolerance_breach(tolerance):
+        return Gate("accuracy", GateStatus.FAILED, f"Evaluation #{run.pk}: {breach}.", run)
+    reason = (
+        f"Evaluation #{run.pk} on {run.samples} samples is within the tolerance ({tolerance:g})."
+    )
+    return Gate("accuracy", GateStatus.PASSED, reason, run)
+
+
+def golden_gate(engine):
+    """Return whether the engine reproduces each golden set of its version."""
+    sets = list(engine.model_version.golden_sets.all())
+    if not sets:
+        return Gate("golden", GateStatus.NOT_REQUIRED, "The version has no golden pairs.")
+    runs = latest_per(engine.golden_runs.select_related("golden_set"), "golden_set_id")
+    if failed := [run for run in runs if not run.passed]:
+        return Gate("golden", GateStatus.FAILED, failed[0].reason, failed[0])
+    checked = {run.golden_set_id for run in runs}
+    if unchecked := [golden.name for golden in sets if golden.pk not in checked]:
+        reason = f"Not checked yet against {', '.join(unchecked)}: evaluate on the golden pairs."
+        return Gate("golden", GateStatus.MISSING, reason)
+    return Gate("golden", GateStatus.PASSED, f"Reproduces all {len(sets)} golden set(s).")
+
+
+def performance_gate(engine):
+    """Return whether the engine's latest benchmark on its class meets the class's gate."""
+    run = (
+        engine.benchmarks.filter(device_class=engine.device_class)
+        .select_related("device_class")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if run is None:
+        rule = engine.device_class.gate_rule
+        return Gate("performance", GateStatus.MISSING, f"No benchmark yet. The class asks: {rule}")
+    gate = run.gate()
+    status = {GateVerdict.MEETS: GateStatus.PASSED, GateVerdict.MISSES: GateStatus.FAILED}
+    return Gate("performance", status.get(gate.verdict, GateStatus.MISSING), gate.reason, run)

@@ -1,0 +1,119 @@
+"""Release gates of an engine: parity, accuracy, golden pairs and performance, with reasons."""
+
+import pytest
+
+from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.engines.gates import gates_open, release_gates
+from deployhub.parity.models import ParityRun
+from deployhub.registry.models import GoldenRun, GoldenSet
+from tests.benchmark_results import LATENCY, result
+from tests.conftest import PASSWORD
+from tests.test_auto_rank import engine_of, job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def engine(version, device_class):
+    device_class.frame_budget_ms = 20.0
+    device_class.save()
+    return engine_of(version, device_class, "fp32")
+
+
+def statuses(engine):
+    return {gate.name: gate.status for gate in release_gates(engine)}
+
+
+def passed_parity(engine, passed=True):
+    version = engine.model_version
+    ParityRun.objects.create(
+        model_version=version,
+        job=job(version, engine.device_class, "parity", None),
+        file="parity/pack.zip",
+        sha256="0" * 64,
+        size=1,
+        samples=3,
+        passed=passed,
+        tolerance_used=1e-3,
+        max_abs_error=1e-5 if passed else 0.8,
+        summary="" if passed else "matches if channels are swapped",
+    )
+
+
+def evaluated(engine, agreement):
+    AccuracyRun.objects.create(
+        job=job(engine.model_version, engine.device_class, "evaluate", engine),
+        engine=engine,
+        samples=300,
+        top1_agreement=agreement,
+        max_abs_error=0.1,
+        mean_abs_error=0.01,
+        cosine_min=0.99,
+        cosine_mean=0.999,
+    )
+
+
+def benchmarked(engine, p99):
+    body = result(latency_ms={**LATENCY, "p50": p99 / 2, "p99": p99})
+    BenchmarkRun.record(job(engine.model_version, engine.device_class, "benchmark", engine), body)
+
+
+def test_a_new_engine_has_every_gate_to_earn(engine):
+    assert statuses(engine) == {
+        "parity": "missing",
+        "accuracy": "missing",
+        "golden": "not-required",
+        "performance": "missing",
+    }
+    assert not gates_open(release_gates(engine))
+
+
+def test_an_engine_that_shows_everything_is_ready_to_propose(client, alice, engine):
+    passed_parity(engine)
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)
+
+    assert gates_open(release_gates(engine))
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(engine.get_absolute_url()).content.decode()
+    assert "ready to propose" in page
+
+
+def test_each_failure_closes_its_gate_with_the_reason(client, alice, engine):
+    passed_parity(engine, passed=False)
+    evaluated(engine, agreement=0.95)
+    benchmarked(engine, p99=25.0)
+
+    gates = {gate.name: gate for gate in release_gates(engine)}
+
+    assert {name: gate.status for name, gate in gates.items() if name != "golden"} == {
+        "parity": "failed",
+        "accuracy": "failed",
+        "performance": "failed",
+    }
+    assert "channels are swapped" in gates["parity"].reason
+    assert "95.0%" in gates["accuracy"].reason
+    assert "25" in gates["performance"].reason and "20" in gates["performance"].reason
+    client.login(username="alice", password=PASSWORD)
+    api = client.get(f"/api/v1/engines/{engine.pk}")
+    assert api.status_code in (200, 401)  # the API answers personal tokens; the page says it too
+    page = client.get(engine.get_absolute_url()).content.decode()
+    assert "not ready" in page and "channels are swapped" in page
+
+
+def test_golden_pairs_must_all_be_checked_and_reproduced(engine):
+    version = engine.model_version
+    golden = GoldenSet.objects.create(
+        model_version=version, name="reference", file="golden/x.npz", sha256="0" * 64,
+        size=1, format="npz", pairs=1, atol=1e-4, rtol=1e-3,
+    )  # fmt: skip
+    assert statuses(engine)["golden"] == "missing"
+
+    GoldenRun.objects.create(
+        job=job(version, engine.device_class, "evaluate", engine), engine=engine,
+        golden_set=golden, passed=False, pairs=1, atol=1e-4, rtol=1e-3,
+        outputs=[{"name": "logits", "passed": False}],
+    )  # fmt: skip
+    [gate] = [g for g in release_gates(engine) if g.name == "golden"]
+
+    assert gate.status == "failed" and "logits" in gate.reason
