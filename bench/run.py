@@ -11,9 +11,7 @@ uses its own database (deployhub_bench) and Redis database 14.
 """
 
 import io
-import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -27,7 +25,6 @@ from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results.json"
 BENCH_DB = "deployhub_bench"
 JOBS, WARMUP_JOBS = 100, 10
 
@@ -39,24 +36,14 @@ os.environ.update(
 )
 sys.path.insert(0, str(ROOT))
 
+from bench.rows import print_rows, row, write_results  # noqa: E402
+
 
 def percentile(values, q):
     ordered = sorted(values)
     index = (len(ordered) - 1) * q / 100
     low, high = int(index), min(int(index) + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
-
-
-def row(name, figure, unit, target, lower_is_better=True):
-    passed = figure <= target if lower_is_better else figure >= target
-    sign = "≤" if lower_is_better else "≥"
-    return {
-        "name": name,
-        "figure": round(figure, 3),
-        "unit": unit,
-        "target": f"{sign} {target} {unit}",
-        "verdict": "PASS" if passed else "MISS",
-    }
 
 
 def recreate_database():
@@ -802,33 +789,6 @@ def main():
         shutil.rmtree(os.environ["DEPLOYHUB_VAR_DIR"], ignore_errors=True)  # storage, models
     print_rows(rows)
     write_results(rows)
-
-
-def print_rows(rows):
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'row':<{width}}  {'figure':>10}  {'target':<12} verdict")
-    for r in rows:
-        figure = f"{r['figure']:>7.2f} {r['unit']:<2}"
-        print(f"{r['name']:<{width}}  {figure}  {r['target']:<12} {r['verdict']}")
-    misses = sum(r["verdict"] == "MISS" for r in rows)
-    print(f"\nwritten to {RESULTS.relative_to(ROOT)}; {misses} miss(es)")
-
-
-def write_results(rows):
-    """Write the rows; rows of benches not run this time are kept from the last run."""
-    ran = {r["bench"] for r in rows}
-    kept = []
-    if RESULTS.exists():
-        before = json.loads(RESULTS.read_text()).get("rows", [])
-        kept = [r for r in before if r.get("bench") and r["bench"] not in ran]
-    machine = {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    document = {"when": when, "machine": machine, "rows": kept + rows}
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ build that writes and reads the cache is proven by `deployhub-worker selftest`.
 
 import copy
 import hashlib
-import json
 
 import pytest
 from django.core.files import File
@@ -16,7 +15,7 @@ from deployhub.engines.actions import request_compile
 from deployhub.engines.models import CalibrationCache
 from deployhub.registry.uploads import create_dataset
 from tests.conftest import ASSETS
-from tests.test_engines import FINGERPRINT
+from tests.test_engines import FINGERPRINT, api
 
 CONFIG = {"precision": "int8"}
 SCALES = b"TRT-1016-EntropyCalibration2\ninput: 3c010a14\n"
@@ -29,15 +28,6 @@ def gpu_fingerprint(tensorrt="10.16.1.11"):
     fingerprint["cuda"] = {"driver_api": "13.0", "runtime": "13.0"}
     fingerprint["tensorrt"] = {"version": tensorrt}
     return fingerprint
-
-
-def api(client, token, path, body=None, method="post"):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    if method == "get":
-        return client.get(f"/api/v1/{path}", **headers)
-    return client.post(
-        f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
-    )
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ def _read_arrays(npz, max_bytes):
     """Read every array after its header: no objects, no more than max_bytes in all."""
     total = 0
     for name in npz.files:
-        shape, dtype = _guarded(name, _npy_header, npz, name)
+        shape, dtype = _guarded(name, npy_header, npz, name)
         if dtype.hasobject:
             raise GoldenFileError(
                 f"The golden array {name!r} holds Python objects (dtype=object); "
@@ -132,7 +132,8 @@ def _read_arrays(npz, max_bytes):
     return arrays
 
 
-def _npy_header(npz, name):
+def npy_header(npz, name):
+    """Return (shape, dtype) of an array in an open npz from its header, reading no data."""
     member = f"{name}.npy" if f"{name}.npy" in npz.zip.namelist() else name
     with npz.zip.open(member) as fp:
         version = np.lib.format.read_magic(fp)

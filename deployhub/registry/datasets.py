@@ -20,6 +20,7 @@ from PIL import Image
 
 from deployhub.registry.archives import safe_extract_zip
 from deployhub.registry.inspect import InvalidModel
+from workers.golden import npy_header
 from workers.preprocessing import compile_preprocess
 
 MAX_PIXELS = 50_000_000
@@ -66,7 +67,7 @@ def _open_npz(path):
 
 def _read_member(npz, key, max_array_bytes):
     # Read the header first: it tells the dtype and the size without decompressing.
-    shape, dtype = _guarded(key, _member_header, npz, key)
+    shape, dtype = _guarded(key, npy_header, npz, key)
     if dtype.hasobject:
         raise DatasetError(
             f"The '{key}' array holds Python objects (dtype=object); save plain numeric arrays."
@@ -85,17 +86,6 @@ def _guarded(key, read, *args):
         return read(*args)
     except NPZ_ERRORS as exc:
         raise DatasetError(f"The '{key}' array could not be read: {exc}") from exc
-
-
-def _member_header(npz, key):
-    name = f"{key}.npy" if f"{key}.npy" in npz.zip.namelist() else key
-    with npz.zip.open(name) as fp:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-        else:
-            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-    return shape, dtype
 
 
 def _checked(inputs, labels, require_labels):
