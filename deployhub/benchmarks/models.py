@@ -177,6 +177,7 @@ def _stability(result):
         "drift": _number(stability.get("drift")),
         "stability": {
             "reasons": [str(reason) for reason in reasons],
+            "cv_core": _number(stability.get("cv_core")),
             "windows_p50_ms": [_number(v) for v in stability.get("windows_p50_ms") or []],
         },
     }
@@ -409,6 +410,11 @@ class BenchmarkRun(models.Model):
     @property
     def stability_reasons(self):
         return (self.stability or {}).get("reasons") or []
+
+    @property
+    def cv_core(self):
+        """std / mean of the runs at or below p99, which the stability verdict judges."""
+        return (self.stability or {}).get("cv_core")
 
     def gate(self):
         """Judge the run against its device class; the serving pattern picks what decides."""

@@ -8,6 +8,7 @@ from django.core.files import File
 from django.db import transaction
 
 from deployhub.demo import resnet18
+from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 
@@ -54,6 +55,7 @@ def add_resnet18(team, user):
                     user,
                     notes=resnet18.NOTES,
                     preprocessing=RESNET18_PREPROCESSING,
+                    contract=batch_range_contract("image", (3, 224, 224)),
                 )
             with open(inputs, "rb") as handle:
                 create_dataset(

@@ -31,6 +31,12 @@ class ContractError(ValueError):
     """The input-shape contract is invalid; the message says why."""
 
 
+def batch_range_contract(name, sample_shape, low=1, opt=8, high=32):
+    """Return a contract for one input of fixed sample_shape and a batch from low to high."""
+    batch = {"min": low, "opt": opt, "max": high}
+    return {"inputs": {name: {"shape": [BATCH, *sample_shape], "batch": batch, "dynamic": {}}}}
+
+
 def default_contract(inputs):
     """Propose a contract for a model's inputs; symbolic non-batch axes still need ranges."""
     return {"inputs": {spec["name"]: _default_entry(spec["shape"]) for spec in inputs}}

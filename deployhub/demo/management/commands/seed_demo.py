@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from deployhub.devices.models import Device, DeviceClass
+from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Membership, Role, Team
@@ -96,6 +97,7 @@ class Command(BaseCommand):
                     alice,
                     notes=entry.get("notes", ""),
                     preprocessing=manifest.get("preprocessing"),
+                    contract=batch_range_contract("image", (3, 32, 32)),
                 )
 
     def seed_datasets(self, model, manifest, alice):
