@@ -103,7 +103,7 @@ def test_a_realtime_class_gets_the_fastest_build_at_batch_1_that_meets_its_budge
 
 
 def test_an_unstable_measurement_does_not_count_as_meeting_the_budget(run):
-    run.device_class.frame_budget_ms = 10.0
+    run.device_class.frame_budget_ms = 4.0  # the noisy build's p99 (2.4 ms) is not 2x within
     run.device_class.save()
     build(run, "steady", p50=3.0)
     build(run, "noisy", p50=2.0, stable=False)

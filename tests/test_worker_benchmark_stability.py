@@ -46,6 +46,25 @@ def test_one_preemption_in_a_quick_run_is_reported_but_does_not_make_it_unstable
     assert verdict["stable"] is True
 
 
+def test_a_sub_millisecond_run_is_judged_against_the_floor_not_its_own_tiny_mean():
+    jittery = steady_ns(count=1000, ms=0.05, jitter=0.2)  # ±0.01 ms: timer and scheduler
+
+    verdict = stability(jittery)
+
+    assert verdict["cv_core"] > 0.15  # 20% of a 0.05 ms run...
+    assert verdict["stable"] is True  # ...is 0.01 ms, far below 10% of the 1 ms floor
+
+
+def test_a_sub_millisecond_run_that_really_scatters_is_unstable_and_says_so():
+    scattered = [int(0.1 * MS), int(0.5 * MS)] * 500  # 0.2 ms std on a 0.3 ms mean
+
+    verdict = stability(scattered)
+
+    assert verdict["stable"] is False
+    assert verdict["reasons"][0].startswith("runs scatter by 0.200 ms (std; CV 67%), above 10%")
+    assert stability(scattered, floor_ms=5.0)["stable"] is True
+
+
 def test_a_tail_of_more_than_one_percent_still_counts():
     samples = steady_ns(count=1000, ms=0.05) + [8 * MS] * 30  # 3% of runs preempted
 

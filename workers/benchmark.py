@@ -25,6 +25,7 @@ from workers.errors import Cancelled, JobError
 from workers.latency import (
     DEFAULT_CV_THRESHOLD,
     DEFAULT_DRIFT_THRESHOLD,
+    DEFAULT_FLOOR_MS,
     coefficient_of_variation,
     latency_summary,
     stability,
@@ -79,6 +80,7 @@ class Settings:
     sweep_duration_s: float = 1.0
     cv_threshold: float = DEFAULT_CV_THRESHOLD
     drift_threshold: float = DEFAULT_DRIFT_THRESHOLD
+    stability_floor_ms: float = DEFAULT_FLOOR_MS
     cuda_graphs: bool = False
 
 
@@ -99,6 +101,7 @@ NUMBERS = {
     "sweep_duration_s": (float, 0, False),
     "cv_threshold": (float, 0, False),
     "drift_threshold": (float, 0, False),
+    "stability_floor_ms": (float, 0, True),
 }
 # Params that mean something in one scenario only: given with another, the job fails.
 SCENARIO_PARAMS = {"target_qps": "server", "budget_ms": "server", "samples": "offline"}
@@ -565,7 +568,13 @@ def _timed_runs(call, count):
 def _result(bench, provider, measured, rss):
     """Return the benchmark result in the protocol's field order."""
     settings, samples, latency = bench.settings, measured["samples"], measured["latency"]
-    verdict = stability(samples, settings.cv_threshold, settings.drift_threshold, latency)
+    verdict = stability(
+        samples,
+        settings.cv_threshold,
+        settings.drift_threshold,
+        latency,
+        floor_ms=settings.stability_floor_ms,
+    )
     warmup_iterations, warmup_s = measured["warmup"]
     return {
         "backend": _backend_name(bench.session),

@@ -8,12 +8,19 @@ The scatter verdict leaves the slowest 1% of runs aside ("cv_core"): on a
 sub-millisecond model one preemption by the OS (a few ms) makes std larger than
 the mean, though every other run took the same time. Those runs are not hidden:
 p99 and max report them, and the raw CV (std / mean of every run) is reported too.
+
+Both thresholds are relative to the run's latency, but never to less than
+`floor_ms` (1 ms by default): below it, the scheduler and the timer move a run
+by tens of microseconds, which is 20% of a 0.05 ms model and decides nothing
+against a frame budget. A sub-millisecond run is unstable when its spread or
+drift passes the threshold times the floor (0.1 ms by default).
 """
 
 import numpy as np
 
 DEFAULT_CV_THRESHOLD = 0.10
 DEFAULT_DRIFT_THRESHOLD = 0.10
+DEFAULT_FLOOR_MS = 1.0
 # The run is cut into this many consecutive windows to see drift, each of at least
 # MIN_WINDOW_SAMPLES samples: fewer windows when the run is short.
 WINDOWS = 5
@@ -46,11 +53,11 @@ def coefficient_of_variation(latency):
     return latency["std"] / latency["mean"] if latency["mean"] else 0.0
 
 
-def core_cv(samples_ns, latency):
-    """Return std / mean of the runs at or below p99 (the slowest 1% aside)."""
+def core_spread(samples_ns, latency):
+    """Return (std, mean) in ms of the runs at or below p99 (the slowest 1% aside)."""
     ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
     core = ms[ms <= latency["p99"]]
-    return float(core.std() / core.mean()) if len(core) and core.mean() else 0.0
+    return (float(core.std()), float(core.mean())) if len(core) else (0.0, 0.0)
 
 
 def window_medians_ms(samples_ns):
@@ -67,6 +74,7 @@ def stability(
     cv_threshold=DEFAULT_CV_THRESHOLD,
     drift_threshold=DEFAULT_DRIFT_THRESHOLD,
     latency=None,
+    floor_ms=DEFAULT_FLOOR_MS,
 ):
     """Return the stability verdict of a run: stable, why not, its CV, drift and window medians.
 
@@ -74,15 +82,15 @@ def stability(
     latency is the samples' latency_summary, when the caller has it already.
     """
     latency = latency or latency_summary(samples_ns)
-    cv, cv_core = coefficient_of_variation(latency), core_cv(samples_ns, latency)
+    std, mean = core_spread(samples_ns, latency)
+    cv, cv_core = coefficient_of_variation(latency), std / mean if mean else 0.0
     windows = window_medians_ms(samples_ns)
-    drift = (max(windows) - min(windows)) / latency["p50"] if latency["p50"] else 0.0
+    spread = max(windows) - min(windows)
+    drift = spread / latency["p50"] if latency["p50"] else 0.0
     reasons = []
-    if cv_core > cv_threshold:
-        reasons.append(
-            f"CV {cv_core:.1%} is above {cv_threshold:.0%} (the slowest 1% of runs aside)"
-        )
-    if drift > drift_threshold:
+    if std > cv_threshold * max(mean, floor_ms):
+        reasons.append(_scatter_reason(cv_core, std, mean, cv_threshold, floor_ms))
+    if spread > drift_threshold * max(latency["p50"], floor_ms):
         reasons.append(_drift_reason(windows, drift))
     return {
         "stable": not reasons,
@@ -92,6 +100,16 @@ def stability(
         "drift": drift,
         "windows_p50_ms": windows,
     }
+
+
+def _scatter_reason(cv_core, std, mean, threshold, floor_ms):
+    """Say how much the runs scattered, against the threshold that applied."""
+    if mean >= floor_ms:
+        return f"CV {cv_core:.1%} is above {threshold:.0%} (the slowest 1% of runs aside)"
+    return (
+        f"runs scatter by {std:.3f} ms (std; CV {cv_core:.0%}), above {threshold:.0%} of "
+        f"{floor_ms:g} ms, the floor for sub-millisecond runs (the slowest 1% aside)"
+    )
 
 
 def _drift_reason(windows, drift):

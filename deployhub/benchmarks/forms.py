@@ -9,7 +9,7 @@ from deployhub.devices.models import DeviceClass
 DEFAULT_DURATION_S = 10.0
 DEFAULT_WARMUP_S = 2.0
 DEFAULT_WARMUP_ITERATIONS = 10
-OPTIONAL_PARAMS = ("intra_op_threads", "cv_threshold", "drift_threshold")
+OPTIONAL_PARAMS = ("intra_op_threads", "cv_threshold", "drift_threshold", "stability_floor_ms")
 
 
 class BenchmarkForm(forms.Form):
@@ -61,6 +61,13 @@ class BenchmarkForm(forms.Form):
     intra_op_threads = forms.IntegerField(min_value=0, max_value=1024, required=False)
     cv_threshold = forms.FloatField(min_value=0.001, max_value=10, required=False)
     drift_threshold = forms.FloatField(min_value=0.001, max_value=10, required=False)
+    stability_floor_ms = forms.FloatField(
+        label="stability floor (ms)",
+        min_value=0,
+        max_value=10_000,
+        required=False,
+        help_text="Thresholds apply to max(latency, this): 1 ms by default.",
+    )
 
     def __init__(self, *args, team, version, device_class=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -30,6 +30,10 @@ class Scenario(ChoiceSet):
     }
 
 
+# An unstable run still meets a gate it meets by this factor (see BenchmarkRun.gate).
+WIDE_MARGIN = 2.0
+
+
 class GateVerdict(ChoiceSet):
     """Whether a run meets its device class's gate."""
 
@@ -417,19 +421,41 @@ class BenchmarkRun(models.Model):
         return (self.stability or {}).get("cv_core")
 
     def gate(self):
-        """Judge the run against its device class; the serving pattern picks what decides."""
-        if self.stable is False:
-            reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
-            return Gate(
-                GateVerdict.UNSTABLE,
-                f"The measurement is unstable ({reasons}): measure again before trusting it.",
-            )
+        """Judge the run against its device class; the serving pattern picks what decides.
+
+        An unstable measurement decides nothing, unless it meets the gate with a
+        margin of at least WIDE_MARGIN (p99 at most half the budget, twice the
+        throughput target): noise of that size cannot turn the verdict.
+        """
         device_class = self.device_class
         if device_class.serving_pattern == ServingPattern.BATCH:
             gate = self._batch_gate(device_class)
         else:
             gate = self._realtime_gate(device_class)
+        if self.stable is False:
+            gate = self._unstable(gate, device_class)
         return self._with_memory(gate, device_class.memory_limit_mb)
+
+    def _unstable(self, gate, device_class):
+        reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
+        if gate.verdict == GateVerdict.MEETS and self._wide_margin(device_class):
+            return Gate(
+                GateVerdict.MEETS,
+                f"{gate.reason} The measurement is unstable ({reasons}), but the margin is "
+                f"{WIDE_MARGIN:g}x or more: noise of that size cannot turn the verdict.",
+            )
+        return Gate(
+            GateVerdict.UNSTABLE,
+            f"The measurement is unstable ({reasons}): measure again before trusting it.",
+        )
+
+    def _wide_margin(self, device_class):
+        if device_class.serving_pattern != ServingPattern.BATCH:
+            return self.gate_p99_ms * WIDE_MARGIN <= device_class.frame_budget_ms
+        ceiling = device_class.batch_latency_ceiling_ms
+        return self.gate_throughput_ips >= WIDE_MARGIN * device_class.throughput_target_ips and (
+            not ceiling or self.latency_p99_ms * WIDE_MARGIN <= ceiling
+        )
 
     def _realtime_gate(self, device_class):
         budget = device_class.frame_budget_ms
