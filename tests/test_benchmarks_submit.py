@@ -77,7 +77,7 @@ def test_a_sweep_sends_the_list_from_the_contract(client, alice, version, device
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"scenario": "server"}, "The Server scenario needs a target rate"),
+        ({"scenario": "server", "target_qps": -1}, "greater than or equal to 0.001"),
         ({"target_qps": 40}, "is for the Server scenario only"),
         ({"samples": 100}, "is for the Offline scenario only"),
         ({"scenario": "burst"}, "Select a valid choice"),
@@ -124,7 +124,7 @@ def test_the_api_queues_a_benchmark_and_answers_its_job(client, alice, version, 
 @pytest.mark.parametrize(
     "body, message",
     [
-        ({"scenario": "server"}, "target_qps: The Server scenario needs a target rate"),
+        ({"scenario": "server", "target_qps": 0}, "target_qps: Ensure this value is greater"),
         ({"batch_size": 8}, "batch_size: Batch 8 is outside the input-shape contract"),
         ({"iterations": "many"}, "iterations: Enter a whole number."),
         ({"frobnicate": 1}, "Unknown parameter 'frobnicate'"),
@@ -191,11 +191,21 @@ def test_the_engine_api_queues_on_the_engines_class(client, alice, engine):
 
 def test_the_engine_page_queues_with_defaults_and_refuses_bad_params(client, alice, engine):
     client.login(username="alice", password=PASSWORD)
-    response = client.post(f"/engines/{engine.pk}/benchmark", {"scenario": "server"})
-    assert response.status_code == 400 and "needs a target rate" in response.content.decode()
+    response = client.post(f"/engines/{engine.pk}/benchmark", {"batch_size": 8})
+    assert response.status_code == 400 and "outside the input-shape contract" in (
+        response.content.decode()
+    )
     assert not Job.objects.exists()
     client.post(f"/engines/{engine.pk}/benchmark")
     assert Job.objects.get().params["scenario"] == "single-stream"
+
+
+def test_a_server_run_without_a_rate_leaves_it_to_the_worker(client, alice, engine):
+    client.login(username="alice", password=PASSWORD)
+    client.post(f"/engines/{engine.pk}/benchmark", {"scenario": "server"})
+    params = Job.objects.get().params
+    assert params["scenario"] == "server" and "target_qps" not in params
+    assert params["budget_ms"] == engine.device_class.frame_budget_ms
 
 
 def test_the_engine_page_shows_its_runs(client, alice, engine, version, device_class):

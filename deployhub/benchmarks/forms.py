@@ -52,7 +52,11 @@ class BenchmarkForm(forms.Form):
         label="Per sweep step (s)", min_value=0.5, max_value=120, required=False
     )
     target_qps = forms.FloatField(
-        label="Target rate (queries/s)", min_value=0.001, max_value=1_000_000, required=False
+        label="Target rate (queries/s)",
+        min_value=0.001,
+        max_value=1_000_000,
+        required=False,
+        help_text="Server only; empty: half what a SingleStream run manages.",
     )
     samples = forms.IntegerField(
         label="Offline samples", min_value=1, max_value=1_000_000, required=False
@@ -116,8 +120,6 @@ class BenchmarkForm(forms.Form):
         scenario = data.get("scenario")
         self._check_scenario_only("target_qps", Scenario.SERVER, "the Server scenario")
         self._check_scenario_only("samples", Scenario.OFFLINE, "the Offline scenario")
-        if scenario == Scenario.SERVER and "target_qps" in data and not data["target_qps"]:
-            self.add_error("target_qps", "The Server scenario needs a target rate (queries/s).")
         if data.get("sweep_duration_s") and not data.get("batch_sweep"):
             self.add_error("sweep_duration_s", "A sweep step duration needs the batch sweep.")
         if data.get("batch_sweep"):
@@ -168,7 +170,8 @@ class BenchmarkForm(forms.Form):
         data, scenario = self.cleaned_data, self.cleaned_data["scenario"]
         if scenario == Scenario.SERVER:
             budget = self.chosen_class.latency_budget_ms
-            return {"target_qps": data["target_qps"], **({"budget_ms": budget} if budget else {})}
+            rate = {"target_qps": data["target_qps"]} if data["target_qps"] else {}
+            return {**rate, **({"budget_ms": budget} if budget else {})}
         if scenario == Scenario.OFFLINE and data["samples"]:
             return {"samples": data["samples"]}
         return {}
