@@ -7,7 +7,12 @@ import pytest
 from tests.benchmark_models import fixed_batch_of_one, matmul_chain, matmul_relu
 from workers.benchmark import benchmark_onnxruntime
 from workers.errors import JobError
-from workers.server_scenario import PRECISION, poisson_arrivals_ns, search_max_qps
+from workers.server_scenario import (
+    PRECISION,
+    best_in_budget,
+    poisson_arrivals_ns,
+    search_max_qps,
+)
 
 FEW = {"warmup_iterations": 2, "iterations": 20}
 # The chain model at batch 64 on one thread takes about a millisecond or two a run.
@@ -184,3 +189,11 @@ def test_it_refuses_a_sweep_size_a_fixed_batch_model_cannot_take_before_running(
 def test_it_refuses_a_malformed_sweep(model, sizes, message):
     with pytest.raises(JobError, match=message):
         benchmark_onnxruntime(model, {**FEW, "batch_sizes": sizes})
+
+
+def test_the_rate_reported_in_budget_is_never_below_one_the_main_run_served_within_it():
+    # A short search trial at 7951 qps went over budget; the 3 s main run at 8207 did not.
+    assert best_in_budget(7951.3, 8207.8, main_p99_ms=7.75, budget_ms=33.3) == 8207.8
+    assert best_in_budget(None, 8207.8, main_p99_ms=7.75, budget_ms=33.3) == 8207.8
+    assert best_in_budget(12000.0, 8207.8, main_p99_ms=7.75, budget_ms=33.3) == 12000.0
+    assert best_in_budget(None, 8207.8, main_p99_ms=40.0, budget_ms=33.3) is None

@@ -481,7 +481,12 @@ def _server(bench, single_stream):
         queries=settings.iterations,
         max_queries=settings.max_iterations,
     )
-    best, tried = _search(bench, capacity * DEFAULT_LOAD) if settings.budget_ms else (None, [])
+    best, tried = None, []
+    if settings.budget_ms:
+        best, tried = _search(bench, capacity * DEFAULT_LOAD)
+        best = server_scenario.best_in_budget(
+            best, target, run["latency_ms"]["p99"], settings.budget_ms
+        )
     return {
         "target_qps": target,
         "achieved_qps": run["achieved_qps"],

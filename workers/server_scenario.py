@@ -106,6 +106,18 @@ def search_max_qps(try_rate, budget_ms, start_qps, seconds, clock=time.monotonic
     return passed, tried
 
 
+def best_in_budget(searched, main_qps, main_p99_ms, budget_ms):
+    """Return the highest rate known to keep p99 within budget: the search's or the main run's.
+
+    The main run is longer than a search trial, so it is the better evidence: a
+    trial at a lower rate that a noisy moment pushed over budget must not report
+    less than a rate the main run served within it.
+    """
+    if main_p99_ms <= budget_ms and (searched is None or main_qps > searched):
+        return main_qps
+    return searched
+
+
 def trial_seconds(qps, left_s):
     """Return how long a search trial at qps runs: TRIAL_S, longer for TRIAL_QUERIES."""
     return max(0.05, min(max(TRIAL_S, TRIAL_QUERIES / qps), left_s))
