@@ -43,6 +43,8 @@ def test_auto_mode_builds_measures_and_recommends(
         build = builds[key]
         assert not build.error, f"{key}: {build.error}"
         assert build.benchmark.latency_p50_ms > 0 and build.accuracy.samples == 300
+        report = build.engine.graph_report
+        assert report["before"]["operators"] and report["after"], key  # stored with the engine
     assert "NVIDIA GPU" in builds[("tensorrt", "fp16")].skipped
     assert builds[("torch-aoti", "fp32")].skipped
     best = run.recommended
@@ -55,3 +57,6 @@ def test_auto_mode_builds_measures_and_recommends(
     client.login(username="alice", password=PASSWORD)
     page = client.get(run.get_absolute_url()).content.decode()
     assert "recommended" in page and "Pareto" in page and "skipped" in page
+    ort_fp32 = builds[("onnxruntime", "fp32")].engine
+    engine_page = client.get(ort_fp32.get_absolute_url()).content.decode()
+    assert 'id="graph-report"' in engine_page and "BatchNormalization" in engine_page

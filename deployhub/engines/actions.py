@@ -311,11 +311,19 @@ def record_engine(job, result):
         tool_versions=result.get("tool_versions") or {},
         build_seconds=result.get("build_seconds"),
         build_log=str(result.get("build_log") or ""),
+        graph_report=_graph_report(result),
         built_on=job.device,
         job=job,
     )
     Event.record(job.team, f"device:{job.device}", "engine.built", engine, compat_key=key)
     return engine
+
+
+def _graph_report(result):
+    report = result.get("graph_report") or {}
+    if not isinstance(report, dict):
+        raise ResultRejected("graph_report must be an object (docs/protocol.md).")
+    return report
 
 
 def stored_file_intact(engine):
