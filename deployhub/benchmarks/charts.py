@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 
+from deployhub.benchmarks.models import engine_precision
 from deployhub.devices.models import ServingPattern
 
 LAYOUT = {"template": "plotly_white", "height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
@@ -77,12 +78,16 @@ def accuracy_latency_figure(runs, accuracy_runs):
             y=[run.top1 if run.top1 is not None else run.top1_agreement for run in points],
             mode="markers+text",
             marker={"size": 11},
-            text=[f"v{run.engine.model_version.number} {run.engine.backend}" for run in points],
+            text=[_engine_label(run.engine) for run in points],
             textposition="top center",
             name="engines",
         )
     )
     return figure
+
+
+def _engine_label(engine):
+    return f"v{engine.model_version.number} {engine.backend} {engine_precision(engine)}"
 
 
 def sweep_figure(runs):

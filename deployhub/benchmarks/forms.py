@@ -117,7 +117,6 @@ class BenchmarkForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        scenario = data.get("scenario")
         self._check_scenario_only("target_qps", Scenario.SERVER, "the Server scenario")
         self._check_scenario_only("samples", Scenario.OFFLINE, "the Offline scenario")
         if data.get("sweep_duration_s") and not data.get("batch_sweep"):

@@ -103,16 +103,26 @@ class BenchmarkRunQuerySet(models.QuerySet):
         return self.latency_runs().filter(gate_p99__lte=budget_ms)
 
 
+# Backends name some precisions their own way (OpenVINO says f32): compare them as one.
+PRECISION_NAMES = {"f32": "fp32", "f16": "fp16"}
+
+
+def engine_precision(engine):
+    """Return an engine's precision by one name for all backends (fp32 when unset)."""
+    precision = (engine.build_config.get("precision") if engine else None) or "fp32"
+    return PRECISION_NAMES.get(precision, precision)
+
+
 def precision_of(run):
     """Return the precision a run measured: its engine's, else the source model's fp32."""
-    return (run.engine.build_config.get("precision") if run.engine else None) or "fp32"
+    return engine_precision(run.engine)
 
 
 def flag_int8_slowdowns(runs):
     """Mark INT8 runs slower than an FP32 run of the same class and batch (int8_slower_than)."""
     fastest_fp32 = {}
     for run in runs:
-        if precision_of(run) in ("fp32", "f32"):
+        if precision_of(run) == "fp32":
             key = (run.device_class_id, run.batch_size)
             fastest_fp32[key] = min(fastest_fp32.get(key, run.latency_p50_ms), run.latency_p50_ms)
     for run in runs:
