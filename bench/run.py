@@ -463,7 +463,8 @@ def resnet18_subject(work):
     script = load_script("make_resnet18")
     onnx_path, npz_path, eager = script.write_resnet18(work / "resnet18")
     notes = "random weights: for latency only"
-    return AutoSubject("resnet18", onnx_path, {"calibration": npz_path}, eager, notes)
+    datasets = {"calibration": npz_path, "validation": npz_path}
+    return AutoSubject("resnet18", onnx_path, datasets, eager, notes)
 
 
 def upload_subject(subject, team, user):

@@ -17,8 +17,8 @@ also loads those weights into the same network written in plain torch
 bench compares against; `--check` runs both on the same images.
 
 Writes resnet18.onnx (input `image` [N, 3, 224, 224], output `logits`
-[N, 1000], opset 17) and resnet18_inputs.npz (`inputs`: random-normal float32
-images, no labels).
+[N, 1000], opset 17) and resnet18_inputs.npz (`inputs`: noisy copies of the
+images the head recognises, `labels`: their classes; see deployhub/demo/resnet18.py).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from deployhub.demo import resnet18 as pure  # noqa: E402
 SEED = pure.SEED
 IMAGE_SIZE = pure.IMAGE_SIZE
 NUM_CLASSES = pure.NUM_CLASSES
-# 100 samples: at the 99% agreement threshold one disagreement is allowed, none with 64.
-NUM_INPUTS = 100
 NOTES = pure.NOTES
 
 
@@ -120,7 +118,8 @@ def write_resnet18(folder) -> tuple[Path, Path, nn.Module]:
     weights = pure.resnet18_weights(SEED)
     onnx_path, npz_path = folder / "resnet18.onnx", folder / "resnet18_inputs.npz"
     pure.write_resnet18_onnx(onnx_path, weights)
-    np.savez(npz_path, inputs=random_images(NUM_INPUTS, SEED + 2))
+    images, labels = pure.labelled_samples(SEED)
+    np.savez(npz_path, inputs=images, labels=labels)
     return onnx_path, npz_path, eager_model(weights)
 
 

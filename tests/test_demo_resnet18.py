@@ -53,6 +53,18 @@ def test_batchnorm_statistics_keep_activations_at_a_sane_scale(model_file):
     assert 0.05 < logits.std() < 20
 
 
+def test_its_head_is_decisive_on_its_labelled_samples_as_a_trained_model_is(model_file):
+    images, labels = resnet18.labelled_samples(per_class=3)
+    session = onnxruntime.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {"image": images})[0]
+    ranked = np.sort(logits, axis=1)
+
+    assert (logits.argmax(axis=1) == labels).all()
+    assert len(set(labels.tolist())) == resnet18.PROTOTYPES
+    # The winner leads by far more than rounding moves a logit: INT8 keeps the same top-1.
+    assert np.median((ranked[:, -1] - ranked[:, -2]) / logits.std(axis=1)) > 3
+
+
 def test_an_engineer_adds_the_sample_in_one_click(client, alice):
     client.login(username="alice", password=PASSWORD)
 
@@ -62,7 +74,9 @@ def test_an_engineer_adds_the_sample_in_one_click(client, alice):
     version = model.latest_version()
     assert answer.redirect_chain[-1][0] == model.get_absolute_url()
     assert version.inputs[0]["shape"] == ["N", 3, 224, 224]
-    assert model.datasets.get().samples == 100
+    datasets = {d.kind: d for d in model.datasets.all()}
+    assert datasets["validation"].has_labels and datasets["validation"].samples == 100
+    assert datasets["calibration"].samples == 100
     page = client.get(version.get_absolute_url()).content.decode()
     assert "RANDOM WEIGHTS" in page and "for latency only" in page
 

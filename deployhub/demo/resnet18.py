@@ -1,14 +1,25 @@
 """A ResNet-18-shaped ONNX model with random weights, written with onnx and numpy alone.
 
 The network is ResNet-18 as torchvision defines it (BasicBlock, [2, 2, 2, 2],
-64..512 channels, 224x224 RGB in, 1000 logits out). Its weights are random,
-from a fixed seed: the model is for latency only, its logits mean nothing.
-So that activations keep a sane scale through the 18 layers, as in a trained
-network, each BatchNorm's statistics are those of its input on one batch of
-random images, computed by a plain numpy forward pass. No torch is needed, so
-the hub of `make run` can add the model (Models → "Add the ResNet-18 sample");
-`scripts/make_resnet18.py` loads the same weights into PyTorch for the eager
-baseline of `make bench`.
+64..512 channels, 224x224 RGB in, 1000 logits out). Its convolutions are
+random, from a fixed seed: the model is for latency, not for images. So that
+activations keep a sane scale through the 18 layers, as in a trained network,
+each BatchNorm's statistics are those of its input on one batch of random
+images, computed by a plain numpy forward pass.
+
+A classifier on random features gives near-tied logits (the top two classes
+of random images differ by a fraction of the logits' spread), so any rounding
+flips its top-1 and no precision could ever look "within tolerance". A trained
+network is decisive instead. To behave like one, the head recognises
+PROTOTYPES random images: class c's row is the direction of prototype c's
+features, the other outputs get small random rows, and labelled_samples()
+makes noisy copies of the prototypes, labelled with their class. On those the
+FP32 model is right and decisive, so top-1 accuracy, agreement and the
+accuracy tolerance mean what they mean for a trained model.
+
+No torch is needed, so the hub of `make run` can add the model (Models →
+"Add the ResNet-18 sample"); `scripts/make_resnet18.py` loads the same weights
+into PyTorch for the eager baseline of `make bench`.
 
 The weights are keyed by PyTorch's state-dict names, so that loading them into
 the equivalent torch module is one load_state_dict.
@@ -27,6 +38,10 @@ NUM_CLASSES = 1000
 OPSET = 17
 STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))  # (channels, stride of the first block)
 STATS_BATCH = 4
+PROTOTYPES = 10  # classes the head recognises; the other 990 outputs never win
+SAMPLES_PER_CLASS = 10
+SAMPLE_NOISE = 0.3  # std of the noise added to a prototype (the images' std is 1)
+HEAD_SCALE = 10.0  # a prototype's own logit, over the others' (about 0)
 BN_EPSILON = 1e-5
 NOTES = "ResNet-18 shape with random weights: for latency only, its predictions mean nothing."
 
@@ -78,9 +93,36 @@ def with_batchnorm_statistics(weights, images):
     return forward.weights
 
 
+def prototypes(seed=SEED):
+    """Return the images the head recognises, one per class."""
+    return random_images(PROTOTYPES, seed + 3)
+
+
+def labelled_samples(seed=SEED, per_class=SAMPLES_PER_CLASS):
+    """Return (images, labels): noisy copies of each prototype, labelled with its class."""
+    rng = np.random.default_rng(seed + 4)
+    labels = np.repeat(np.arange(PROTOTYPES), per_class)
+    noise = rng.standard_normal((len(labels), 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
+    return (prototypes(seed)[labels] + SAMPLE_NOISE * noise).astype(np.float32), labels
+
+
+def with_prototype_head(weights, images, seed=SEED):
+    """Return the weights with a head whose class c points at images[c]'s features."""
+    features = _Forward(weights).features(images)
+    centre = features.mean(axis=0)
+    directions = features - centre
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    rng = np.random.default_rng(seed + 5)
+    head = rng.uniform(-0.01, 0.01, (NUM_CLASSES, features.shape[1])).astype(np.float32)
+    head[: len(images)] = directions
+    head *= HEAD_SCALE / np.median(np.abs(directions @ (features - centre).T))
+    return {**weights, "fc.weight": head, "fc.bias": (-(head @ centre)).astype(np.float32)}
+
+
 def resnet18_weights(seed=SEED):
-    """Return the complete weights: random, with BatchNorm statistics from random images."""
-    return with_batchnorm_statistics(random_weights(seed), random_images(STATS_BATCH, seed + 1))
+    """Return the complete weights: random convolutions, BatchNorm statistics, prototype head."""
+    weights = with_batchnorm_statistics(random_weights(seed), random_images(STATS_BATCH, seed + 1))
+    return with_prototype_head(weights, prototypes(seed), seed)
 
 
 def build_onnx(weights):
@@ -164,6 +206,10 @@ class _Forward:
         self.weights, self.collect = dict(weights), collect_statistics
 
     def __call__(self, images):
+        return self.features(images) @ self.weights["fc.weight"].T + self.weights["fc.bias"]
+
+    def features(self, images):
+        """Return the pooled 512 features the classifier reads."""
         x = self.conv_bn(images, "conv1", "bn1", stride=2, pad=3, relu=True)
         x = _max_pool(x)
         for prefix, in_channels, channels, stride in blocks():
@@ -175,8 +221,7 @@ class _Forward:
             out = self.conv_bn(x, f"{prefix}.conv1", f"{prefix}.bn1", stride, 1, relu=True)
             out = self.conv_bn(out, f"{prefix}.conv2", f"{prefix}.bn2", 1, 1, relu=False)
             x = np.maximum(out + identity, 0)
-        pooled = x.mean(axis=(2, 3))
-        return pooled @ self.weights["fc.weight"].T + self.weights["fc.bias"]
+        return x.mean(axis=(2, 3))
 
     def conv_bn(self, x, conv, bn, stride, pad, relu):
         x = _conv2d(x, self.weights[f"{conv}.weight"], stride, pad)

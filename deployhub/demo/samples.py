@@ -15,8 +15,9 @@ from deployhub.registry.uploads import create_dataset, create_version
 RESNET18_NAME = "resnet18-random"
 RESNET18_DESCRIPTION = (
     "ResNet-18-shaped image classifier (224x224 RGB in, 1000 logits out) with RANDOM WEIGHTS, "
-    "made by deployhub/demo/resnet18.py: for latency only, its predictions and any top-1 "
-    "figure mean nothing; agreement with the FP32 reference still shows what a precision costs."
+    "made by deployhub/demo/resnet18.py: for latency, not for real images. Its head recognises "
+    "10 random 'prototype' images; its datasets are noisy copies of them, labelled, so top-1 "
+    "accuracy and agreement show what a precision costs, as they would for a trained model."
 )
 # ImageNet's usual spec; it only matters for parity checks, the weights being random.
 RESNET18_PREPROCESSING = {
@@ -28,7 +29,6 @@ RESNET18_PREPROCESSING = {
     "layout": "NCHW",
     "dtype": "float32",
 }
-CALIBRATION_SAMPLES = 100  # at a 99% agreement threshold, one disagreement is allowed
 
 
 class SampleExists(ValueError):
@@ -36,14 +36,14 @@ class SampleExists(ValueError):
 
 
 def add_resnet18(team, user):
-    """Add the ResNet-18-shaped model with random inputs as its calibration set; return it."""
+    """Add the ResNet-18-shaped model with its labelled samples (calibration, validation)."""
     if team.models.filter(name=RESNET18_NAME).exists():
         raise SampleExists(f"{team} has the {RESNET18_NAME} sample already.")
     with tempfile.TemporaryDirectory(prefix="deployhub-sample-") as folder:
         onnx_path = resnet18.write_resnet18_onnx(Path(folder) / "resnet18.onnx")
-        inputs = Path(folder) / "random-inputs.npz"
-        images = resnet18.random_images(CALIBRATION_SAMPLES, resnet18.SEED + 2)
-        np.savez(inputs, inputs=images)
+        inputs = Path(folder) / "prototype-samples.npz"
+        images, labels = resnet18.labelled_samples()
+        np.savez(inputs, inputs=images, labels=labels)
         with transaction.atomic():
             model = Model.objects.create(
                 team=team, name=RESNET18_NAME, description=RESNET18_DESCRIPTION, created_by=user
@@ -57,8 +57,9 @@ def add_resnet18(team, user):
                     preprocessing=RESNET18_PREPROCESSING,
                     contract=batch_range_contract("image", (3, 224, 224)),
                 )
-            with open(inputs, "rb") as handle:
-                create_dataset(
-                    version, File(handle, name=inputs.name), user, kind="calibration", name="random"
-                )
+            for kind in ("calibration", "validation"):
+                with open(inputs, "rb") as handle:
+                    create_dataset(
+                        version, File(handle, name=inputs.name), user, kind=kind, name=kind
+                    )
     return model
