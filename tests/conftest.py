@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.files import File
 
 from deployhub.devices.models import Device, DeviceClass
+from deployhub.engines.models import Engine
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from deployhub.teams.models import Membership, Role, Team
@@ -216,4 +217,20 @@ def job(version, device_class, alice):
         user=alice,
         model_version=version,
         params={"iterations": 50},
+    )
+
+
+def stored_engine(version, device_class, build_config=None, backend="onnxruntime", digest=None):
+    """Create an engine row as a compile leaves it, for tests that need the row, not its file."""
+    return Engine.objects.create(
+        model_version=version,
+        device_class=device_class,
+        backend=backend,
+        build_config=build_config or {"provider": "CPUExecutionProvider"},
+        config_digest=digest or f"digest-{Engine.objects.count()}",
+        compat_key=f"{backend}:test",
+        file="engines/test.onnx",
+        sha256="0" * 64,
+        size=1,
+        signature="00",
     )

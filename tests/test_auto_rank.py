@@ -8,27 +8,17 @@ import pytest
 
 from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
 from deployhub.engines import auto
-from deployhub.engines.models import AutoBuild, AutoRun, Engine
+from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
 from deployhub.registry.models import GoldenRun, GoldenSet
 from tests.benchmark_results import LATENCY, result
+from tests.conftest import stored_engine
 
 pytestmark = pytest.mark.django_db
 
 
 def engine_of(version, device_class, name):
-    return Engine.objects.create(
-        model_version=version,
-        device_class=device_class,
-        backend="onnxruntime",
-        build_config={"name": name},
-        config_digest=name,
-        compat_key="onnxruntime:test",
-        file=f"engines/{name}.onnx",
-        sha256="0" * 64,
-        size=1,
-        signature="00",
-    )
+    return stored_engine(version, device_class, {"name": name}, digest=name)
 
 
 def job(version, device_class, kind, engine):

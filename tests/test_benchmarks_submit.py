@@ -5,11 +5,10 @@ import json
 import pytest
 
 from deployhub.benchmarks.batches import BatchRefused, sweep_sizes
-from deployhub.engines.models import Engine
 from deployhub.jobs.models import Job
 from deployhub.registry.uploads import derive_version
 from tests.benchmark_results import ranged, record_run, result
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, stored_engine
 from tests.test_registry_api import token_for
 
 
@@ -165,18 +164,8 @@ def test_the_api_lists_a_versions_runs_with_their_gate(client, alice, version, d
 
 @pytest.fixture
 def engine(version, device_class):
-    return Engine.objects.create(
-        model_version=version,
-        device_class=device_class,
-        backend="onnxruntime",
-        build_config={"provider": "CPUExecutionProvider", "precision": "fp32"},
-        config_digest="d",
-        compat_key="k",
-        file="engines/x",
-        sha256="0" * 64,
-        size=1,
-        signature="",
-    )
+    config = {"provider": "CPUExecutionProvider", "precision": "fp32"}
+    return stored_engine(version, device_class, config)
 
 
 def test_the_engine_api_queues_on_the_engines_class(client, alice, engine):

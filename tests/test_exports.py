@@ -7,27 +7,16 @@ import re
 import pytest
 
 from deployhub.benchmarks.models import AccuracyRun
-from deployhub.engines.models import Engine
 from deployhub.jobs.models import Job
 from tests.benchmark_results import SERVER_BLOCK, SWEEP, record_run, result
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, stored_engine
 from tests.test_registry_api import token_for
 
 
 @pytest.fixture
 def engine(version, device_class):
-    return Engine.objects.create(
-        model_version=version,
-        device_class=device_class,
-        backend="onnxruntime",
-        build_config={"provider": "CPUExecutionProvider", "precision": "int8"},
-        config_digest="d",
-        compat_key="k",
-        file="engines/x",
-        sha256="0" * 64,
-        size=1,
-        signature="",
-    )
+    config = {"provider": "CPUExecutionProvider", "precision": "int8"}
+    return stored_engine(version, device_class, config)
 
 
 @pytest.fixture

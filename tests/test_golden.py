@@ -16,7 +16,7 @@ from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import GoldenRun, GoldenSet, Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Event
-from tests.conftest import PASSWORD, wait_until
+from tests.conftest import PASSWORD, stored_engine, wait_until
 from tests.golden_models import (
     WRONG_BIAS,
     golden_inputs,
@@ -232,18 +232,7 @@ def test_viewers_and_other_teams_cannot_attach(client, linear, vera, charlie):
 
 
 def make_engine(version, device_class, backend="onnxruntime"):
-    return Engine.objects.create(
-        model_version=version,
-        device_class=device_class,
-        backend=backend,
-        build_config=CONFIG,
-        config_digest=f"digest-{Engine.objects.count()}",
-        compat_key="onnxruntime:test",
-        file="engines/test.onnx",
-        sha256="0" * 64,
-        size=1,
-        signature="00",
-    )
+    return stored_engine(version, device_class, CONFIG, backend)
 
 
 def attach(version, user, data=None, filename="golden.npz", name="reference"):
