@@ -115,12 +115,12 @@ def _with_batchnorm_statistics(model):
     return model.eval()
 
 
-def random_images(count, seed):
+def random_images(count, seed, size=IMAGE_SIZE):
     """Return count random-normal float32 images on the CPU."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(count, 3, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    return torch.randn(count, 3, size, size, generator=generator)
 
 
 class Candidate:
@@ -207,7 +207,8 @@ def _aoti(model, work, batch):
 
 
 def _tensorrt(model, work, batch):
-    return _built_runner("tensorrt", _onnx(model, work, batch), {"precision": "fp16"}, work)
+    config = {"precision": "fp16"}
+    return _built_runner("tensorrt", _onnx(model, work, batch), config, work / f"trt-b{batch}")
 
 
 def _ort_cuda(model, work, batch):
@@ -290,15 +291,40 @@ def _describe_failure(exc):
     return "".join(traceback.format_exception_only(exc)).strip().splitlines()[-1][:200]
 
 
-def time_side_by_side(runners, x):
+def _synchronize(device):
+    """Return what waits for the device's queued work (nothing to wait for on the CPU)."""
+    import torch
+
+    return torch.cuda.synchronize if device == "cuda" else lambda: None
+
+
+def drop_failing(candidates, runners, x):
+    """Run each runner once (torch.compile compiles then); drop and record the ones that fail."""
+    import torch
+
+    by_name = {candidate.name: candidate for candidate in candidates}
+    for name, run in list(runners.items()):
+        try:
+            with torch.inference_mode():
+                run(x)
+        except Exception as exc:  # noqa: BLE001 - reported as the candidate's failure
+            by_name[name].failure = _describe_failure(exc)
+            print(f"bench-gpu: {name} failed on its first run: {by_name[name].failure}")
+            del runners[name]
+    return runners
+
+
+def time_side_by_side(runners, x, device="cuda"):
     """Time the runners in turn, round after round; return each one's best round median in ms."""
     import torch
 
+    synchronize = _synchronize(device)
+
     def timed(run):
-        torch.cuda.synchronize()
+        synchronize()
         started = time.perf_counter()
         run(x)
-        torch.cuda.synchronize()
+        synchronize()
         return time.perf_counter() - started
 
     counts = {}
@@ -317,32 +343,33 @@ def time_side_by_side(runners, x):
     return {name: min(values) * 1000 for name, values in medians.items()}
 
 
-def top1(run, images, batch):
+def top1(run, images, batch, device="cuda"):
     """Return the top-1 classes run gives on the images, batch by batch."""
     import torch
 
     classes = []
     with torch.inference_mode():
         for start in range(0, len(images), batch):
-            out = run(images[start : start + batch].cuda())
+            out = run(images[start : start + batch].to(device))
             out = out[0] if isinstance(out, list | tuple) else out
             classes.append(torch.as_tensor(out).float().argmax(dim=1).cpu())
     return torch.cat(classes)
 
 
-def measure(candidates, batch, images):
+def measure(candidates, batch, images, device="cuda"):
     """Return the rows for one batch size."""
-    runners = prepare_all(candidates, batch)
+    x = random_images(batch, SEED + 2, images.shape[-1]).to(device)
+    runners = drop_failing(candidates, prepare_all(candidates, batch), x)
     if "eager fp32" not in runners:
         return [note(f"resnet50 b{batch}", None, "ms", "NOT RUN", "eager FP32 did not run")]
-    timings = time_side_by_side(runners, random_images(batch, SEED + 2).cuda())
-    reference = top1(runners["eager fp32"], images, batch)
+    timings = time_side_by_side(runners, x, device)
+    reference = top1(runners["eager fp32"], images, batch, device)
     rows = [note(f"resnet50 b{batch} {name}", ms, "ms", "INFO") for name, ms in timings.items()]
     best = min((n for n in timings if n != "eager fp32"), key=timings.get, default=None)
     if best is None:
         return rows
     speedup = timings["eager fp32"] / timings[best]
-    agreement = float((top1(runners[best], images, batch) == reference).float().mean())
+    agreement = float((top1(runners[best], images, batch, device) == reference).float().mean())
     rows.append(row(f"resnet50 b{batch} best ({best}) vs eager fp32", speedup, "x",
                     SPEEDUP_TARGETS[batch], lower_is_better=False))  # fmt: skip
     rows.append(row(f"resnet50 b{batch} {best} top-1 agreement", agreement, "",
