@@ -210,3 +210,15 @@ def test_the_version_page_shows_throughput_and_per_batch_latency_of_batch_runs(
     assert "per batch of 8: p50 10.00 ms, p99 15.00 ms" in page
     assert "500.0 img/s" in page and "Meets budget" in page
     assert "Batch sweep of run" in page
+
+
+def test_the_job_page_of_a_benchmark_shows_its_result_and_verdict(
+    client, alice, version, device_class
+):
+    run = record_run(version, device_class, result())
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get(run.job.get_absolute_url()).content.decode()
+
+    assert 'id="benchmark-result"' in page and f'id="run-{run.pk}"' in page
+    assert "p99 15.00 ms is within the 33.3 ms frame budget (30 fps)." in page

@@ -32,7 +32,13 @@ def jobs_list(request):
 @login_required
 def job_detail(request, pk):
     job = _get_job_for_user(request, pk)
-    return render(request, "jobs/detail.html", {"job": job, "status": job_status_dict(job)})
+    benchmark = getattr(job, "benchmark", None)
+    context = {
+        "job": job,
+        "status": job_status_dict(job),
+        "benchmarks": [benchmark] if benchmark else [],
+    }
+    return render(request, "jobs/detail.html", context)
 
 
 def job_status_dict(job):
