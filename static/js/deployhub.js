@@ -2,6 +2,7 @@
 (function () {
   "use strict";
   const POLL_MS = 500;
+  const RELOAD_KINDS = ["compile", "export", "parity", "evaluate"];
 
   async function fetchJSON(url) {
     const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
@@ -36,8 +37,9 @@
         if (status.final) {
           row.removeAttribute("data-live");
           if (status.state !== "succeeded") return;
-          // A compile or an export adds an engine or a version: show it.
-          if (status.kind_value === "compile" || status.kind_value === "export") location.reload();
+          // A compile, an export, a parity check or an evaluation adds an engine, a version,
+          // a gate or a flag to the page: show it. A benchmark only adds a results row.
+          if (RELOAD_KINDS.includes(status.kind_value)) location.reload();
           else await refreshResults();
           return;
         }
