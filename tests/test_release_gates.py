@@ -117,3 +117,16 @@ def test_golden_pairs_must_all_be_checked_and_reproduced(engine):
     [gate] = [g for g in release_gates(engine) if g.name == "golden"]
 
     assert gate.status == "failed" and "logits" in gate.reason
+
+
+def test_the_version_page_counts_each_engines_open_gates(client, alice, engine):
+    client.login(username="alice", password=PASSWORD)
+    before = client.get(engine.model_version.get_absolute_url()).content.decode()
+    passed_parity(engine)
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)
+
+    after = client.get(engine.model_version.get_absolute_url()).content.decode()
+
+    assert "1/4 gates" in before  # golden pairs: not required
+    assert "4/4 gates" in after and "parity: passed." in after

@@ -85,6 +85,20 @@ class Engine(models.Model):
         return EngineStatus.color(self.status)
 
     @cached_property
+    def release_gates(self):
+        """The engine's release gates on its class (deployhub/engines/gates.py)."""
+        from deployhub.engines.gates import release_gates
+
+        return release_gates(self)
+
+    @property
+    def open_gates(self):
+        """How many of its release gates passed or have nothing to check."""
+        from deployhub.parity.gates import GateStatus
+
+        return sum(gate.status in GateStatus.OPEN for gate in self.release_gates)
+
+    @cached_property
     def accuracy_flags(self):
         """Say why the engine is not to be trusted, one reason each; [] when nothing is wrong.
 
