@@ -3,7 +3,6 @@
 import math
 from pathlib import Path
 
-from django.core.files.storage import default_storage
 from django.db import transaction
 
 from deployhub.jobs.actions import submit_job
@@ -11,7 +10,7 @@ from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun, pack_upload_path
 from deployhub.parity.packs import check_pack
 from deployhub.registry.archives import check_filename
-from deployhub.registry.uploads import place, received, workspace
+from deployhub.registry.uploads import placed, received, workspace
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
 from workers.parity import PackError, pack_format
@@ -69,26 +68,20 @@ def submit_parity(version, uploaded_file, user, *, device_class=None, tolerance=
 def _store(run, path, device_class):
     """Place the pack and save the run with its queued job; remove a new file if that fails."""
     run.file.name = pack_upload_path(run, "")
-    placed = place(path, run.file.name) and run.file.name
     params = {"spec": run.model_version.preprocessing}
     if run.tolerance is not None:
         params["tolerance"] = run.tolerance
-    try:
-        with transaction.atomic():
-            run.job = submit_job(
-                team=run.team,
-                kind=JobKind.PARITY,
-                device_class=device_class,
-                user=run.created_by,
-                model_version=run.model_version,
-                params=params,
-            )
-            run.save()
-            Event.record(run.team, run.created_by, "parity.queued", run, job=run.job.pk)
-    except BaseException:
-        if placed:
-            default_storage.delete(placed)
-        raise
+    with placed(path, run.file.name), transaction.atomic():
+        run.job = submit_job(
+            team=run.team,
+            kind=JobKind.PARITY,
+            device_class=device_class,
+            user=run.created_by,
+            model_version=run.model_version,
+            params=params,
+        )
+        run.save()
+        Event.record(run.team, run.created_by, "parity.queued", run, job=run.job.pk)
     return run
 
 

@@ -18,7 +18,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from django.core.files.storage import default_storage
 from django.db import transaction
 
 from deployhub.jobs.errors import ResultRejected
@@ -26,7 +25,7 @@ from deployhub.registry.archives import ZIP_MAGIC, _open_zip, check_filename, ch
 from deployhub.registry.contract import BATCH
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import GoldenFormat, GoldenRun, GoldenSet, golden_upload_path
-from deployhub.registry.uploads import head, place, received
+from deployhub.registry.uploads import head, placed, received
 from deployhub.teams.models import Event
 from workers import golden as worker_golden
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL, GoldenFileError, read_golden
@@ -120,23 +119,17 @@ def _tolerance(what, value, default):
 def _save(golden, path):
     """Place the file and save the row in one go; on any failure, neither stays."""
     golden.file.name = golden_upload_path(golden, "")
-    placed = place(path, golden.file.name) and golden.file.name
-    try:
-        with transaction.atomic():
-            golden.save()
-            Event.record(
-                golden.team,
-                golden.created_by,
-                "golden.created",
-                golden,
-                version=golden.model_version_id,
-                sha256=golden.sha256,
-                pairs=golden.pairs,
-            )
-    except BaseException:
-        if placed:
-            default_storage.delete(placed)
-        raise
+    with placed(path, golden.file.name), transaction.atomic():
+        golden.save()
+        Event.record(
+            golden.team,
+            golden.created_by,
+            "golden.created",
+            golden,
+            version=golden.model_version_id,
+            sha256=golden.sha256,
+            pairs=golden.pairs,
+        )
     return golden
 
 

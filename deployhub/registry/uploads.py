@@ -188,6 +188,21 @@ def place(path, name, move=True):
 
 
 @contextmanager
+def placed(path, name, move=True):
+    """Place a file for a with-block that saves its row; take it out again if the block fails.
+
+    A file that was stored already (names are content-addressed: another row has it) stays.
+    """
+    new = place(path, name, move=move)
+    try:
+        yield
+    except BaseException:
+        if new:
+            default_storage.delete(name)
+        raise
+
+
+@contextmanager
 def local_copy(name):
     """Yield a local path of a stored file: the file itself on disk, else a temporary copy."""
     if isinstance(default_storage, FileSystemStorage):
@@ -277,13 +292,13 @@ VERSION_FIELDS = {
 
 def save_version(version, path, move=True):
     """Number, store and save a validated version; remove its file if the save fails."""
-    placed = None
+    new_file = None  # the file this save placed, taken out again if the save fails
     try:
         with transaction.atomic():
             version.number = version.model.next_version_number()
             version.file.name = version_upload_path(version, "")
             if path is not None:  # None: a derived version shares its source's file
-                placed = place(path, version.file.name, move=move) and version.file.name
+                new_file = place(path, version.file.name, move=move) and version.file.name
             version.save()
             Event.record(
                 version.team,
@@ -294,8 +309,8 @@ def save_version(version, path, move=True):
                 format=version.format,
             )
     except BaseException:
-        if placed:
-            default_storage.delete(placed)
+        if new_file:
+            default_storage.delete(new_file)
         raise
     return version
 
@@ -384,13 +399,7 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
             created_by=user,
         )
         dataset.file.name = dataset_upload_path(dataset, "")
-        placed = place(stored, dataset.file.name) and dataset.file.name
-        try:
-            with transaction.atomic():
-                dataset.save()
-                Event.record(version.team, user, "dataset.created", dataset, kind=kind)
-        except BaseException:
-            if placed:
-                default_storage.delete(placed)
-            raise
+        with placed(stored, dataset.file.name), transaction.atomic():
+            dataset.save()
+            Event.record(version.team, user, "dataset.created", dataset, kind=kind)
     return dataset
