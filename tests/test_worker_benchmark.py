@@ -1,6 +1,7 @@
 """The benchmark harness: real ONNX Runtime sessions on tiny models built on the spot."""
 
 import json
+import mmap
 import os
 import threading
 import time
@@ -373,13 +374,23 @@ def test_it_names_an_input_of_unsupported_type():
         random_inputs([InputMeta("ids", [1, 4], "tensor(string)")], batch_size=1)
 
 
+def fresh_memory(size):
+    """Return `size` bytes of newly mapped, touched memory.
+
+    np.ones may reuse pages that earlier tests freed but the allocator kept resident,
+    and then RSS does not move; a new anonymous mapping always adds its pages.
+    """
+    block = mmap.mmap(-1, size)
+    block.write(b"\x01" * size)
+    return block
+
+
 def test_it_sees_the_peak_memory_of_a_short_lived_allocation():
     if not benchmark._reset_high_water_mark():
         pytest.skip("this kernel does not let a process reset its peak RSS")
 
     with PeakRss() as rss:
-        block = np.ones(64 * 2**20, dtype=np.uint8)
-        del block
+        fresh_memory(64 * 2**20).close()
 
     assert rss.peak - rss.baseline >= 60 * 2**20
 
@@ -389,9 +400,9 @@ def test_it_samples_the_peak_memory_where_the_kernel_cannot_reset_it(monkeypatch
 
     with PeakRss(interval=0.005) as rss:
         assert rss._sampler is not None
-        block = np.ones(64 * 2**20, dtype=np.uint8)
+        block = fresh_memory(64 * 2**20)
         time.sleep(0.05)  # several sampling intervals
-        del block
+        block.close()
 
     assert rss.peak - rss.baseline >= 60 * 2**20
 
