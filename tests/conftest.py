@@ -13,6 +13,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files import File
+from django.test.utils import override_settings
 
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.engines.models import Engine
@@ -23,6 +24,15 @@ from deployhub.teams.models import Membership, Role, Team
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "deployhub" / "demo" / "assets"
 PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hashing():
+    """Hash the cast's passwords with MD5 in tests: PBKDF2's million rounds take half a
+    second per user and per login on a 2-core machine, minutes over the suite. The
+    product keeps Django's default hashers; nothing here tests hashing itself."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,10 +4,14 @@ The builds' results are stored as workers would send them (through the models'
 record methods); the end-to-end run with a real worker is tests/test_e2e_auto.py.
 """
 
+import json
+
 import pytest
 
 from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
+from deployhub.engines.actions import compared_engines
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
 from deployhub.registry.models import GoldenRun, GoldenSet
@@ -164,3 +168,137 @@ def test_a_batch_class_is_measured_in_batches_the_contract_allows(version, devic
         "warmup_s": 1.0,
         "duration_s": 3.0,
     }
+
+
+def api(client, token, path, body):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    return client.post(
+        f"/api/v1/{path}", json.dumps(body), content_type="application/json", **headers
+    )
+
+
+def comparison(*figures):
+    """A side-by-side result: (engine, best round ms) pairs, as a worker sends them."""
+    engines = [
+        {"engine": str(engine.pk), "best_round_ms": ms, "median_round_ms": ms * 1.05}
+        for engine, ms in figures
+    ]
+    return {"batch_size": 1, "rounds": 10, "engines": engines, "fastest": engines[0]["engine"]}
+
+
+def finish_comparison(client, make_device, job, result, capture):
+    """Claim the compare job as a device and complete it with result; return the response."""
+    device, token = make_device()
+    claimed = api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    assert claimed.status_code == 200, claimed.content
+    with capture(execute=True):
+        return claimed.json(), api(
+            client,
+            token,
+            f"jobs/{job.pk}/complete",
+            {"attempt": 1, "state": "succeeded", "result": result},
+        )
+
+
+def test_close_builds_are_timed_side_by_side_and_that_run_decides(
+    run, client, make_device, django_capture_on_commit_callbacks
+):
+    first = build(run, "first", p50=2.0)
+    second = build(run, "second", p50=2.2)  # within 25%: a contender
+    build(run, "far", p50=4.0)
+
+    run = auto.advance(run)
+
+    job = run.compare_job
+    assert run.state == "running" and job.kind == "compare"
+    assert job.params["engines"] == [first.engine.pk, second.engine.pk]
+    assert job.params["batch_size"] == 1
+    claimed, response = finish_comparison(
+        client,
+        make_device,
+        job,
+        comparison((second.engine, 1.9), (first.engine, 2.1)),
+        django_capture_on_commit_callbacks,
+    )
+    assert set(claimed["inputs"]) == {
+        f"engine-{first.engine.pk}",
+        f"engine-{second.engine.pk}",
+        "model",
+    }
+    assert claimed["inputs"][f"engine-{second.engine.pk}"]["sha256"] == second.engine.sha256
+    assert response.status_code == 200, response.content
+    run.refresh_from_db()
+    assert run.state == "done" and run.recommended.precision == "second"
+    assert run.recommended.side_by_side_ms == pytest.approx(1.9)
+    assert "timed side by side with onnxruntime first" in run.summary
+    assert "1.11× faster than onnxruntime first" in run.summary
+
+
+def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):
+    build(run, "fast", p50=2.0)
+    build(run, "slow", p50=3.0)
+
+    run = auto.advance(run)
+
+    assert run.state == "done" and run.compare_job is None
+    assert run.recommended.precision == "fast"
+
+
+def test_a_batch_class_compares_its_builds_at_the_batch_they_were_measured_at(run):
+    device_class = run.device_class
+    device_class.serving_pattern = "batch"
+    device_class.save()
+    build(run, "a", p50=10.0, batch=8, throughput=800.0)
+    build(run, "b", p50=10.5, batch=8, throughput=760.0)
+
+    run = auto.advance(run)
+
+    assert run.compare_job.params["batch_size"] == auto.batch_for(run.model_version)
+
+
+def test_a_failed_side_by_side_run_leaves_the_separate_runs_to_decide(run):
+    build(run, "first", p50=2.0)
+    build(run, "second", p50=2.1)
+    run = auto.advance(run)
+    job = run.compare_job
+    job.state, job.error = "failed", "worker lost after 3 attempts"
+    job.save()
+
+    run = auto.advance(run)
+
+    assert run.state == "done" and run.recommended.precision == "first"
+    assert "did not finish (worker lost after 3 attempts)" in run.summary
+
+
+def test_a_side_by_side_result_for_other_engines_fails_the_job_and_stores_nothing(
+    run, client, make_device, django_capture_on_commit_callbacks
+):
+    first = build(run, "first", p50=2.0)
+    build(run, "second", p50=2.1)
+    job = auto.advance(run).compare_job
+
+    _, response = finish_comparison(
+        client,
+        make_device,
+        job,
+        comparison((first.engine, 1.9)),
+        django_capture_on_commit_callbacks,
+    )
+
+    job.refresh_from_db()
+    assert response.status_code == 200 and job.state == "failed"
+    assert "the job asked for" in job.error
+    assert not AutoBuild.objects.filter(side_by_side_ms__isnull=False).exists()
+    run.refresh_from_db()
+    assert run.state == "done" and "did not finish" in run.summary
+
+
+def test_a_compare_job_names_only_engines_of_its_own_version_and_class(run, demo_team):
+    first = build(run, "first", p50=2.0)
+    build(run, "second", p50=2.1)
+    job = auto.advance(run).compare_job
+    elsewhere = DeviceClass.objects.create(team=demo_team, slug="elsewhere", name="Elsewhere")
+    foreign = engine_of(run.model_version, elsewhere, "foreign")
+    job.params = {"engines": [foreign.pk, first.engine.pk, "x", first.engine.pk + 1000]}
+
+    assert compared_engines(job) == [first.engine]

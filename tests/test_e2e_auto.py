@@ -2,6 +2,7 @@
 
 import pytest
 from django.core.files import File
+from django.template.defaultfilters import floatformat
 
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
@@ -17,8 +18,11 @@ def attach(version, user, kind, name):
 
 
 def test_auto_mode_builds_measures_and_recommends(
-    client, version, device_class, make_device, start_worker, alice
+    client, version, device_class, make_device, start_worker, alice, monkeypatch
 ):
+    # Every eligible build (four at most) goes into the side-by-side run, however far apart
+    # their separate runs came out, so that the run happens whatever this machine measures.
+    monkeypatch.setattr(auto, "COMPARE_MARGIN", 100.0)
     attach(version, alice, "calibration", "calibration")
     attach(version, alice, "validation", "validation")
     device, token = make_device()
@@ -36,9 +40,13 @@ def test_auto_mode_builds_measures_and_recommends(
         ("onnxruntime", "fp32"),
         ("onnxruntime", "int8"),
         ("openvino", "fp32"),
-        ("openvino", "bf16"),
         ("openvino", "int8"),
     ]
+    device.refresh_from_db()
+    if {"amx_bf16", "avx512_bf16"} & set(device.fingerprint["cpu"]["flags"]):
+        cpu_builds.append(("openvino", "bf16"))
+    else:  # the preflight rules bf16 out on this CPU, and says why
+        assert "bf16 needs AMX or AVX-512 BF16" in builds[("openvino", "bf16")].skipped
     for key in cpu_builds:
         build = builds[key]
         assert not build.error, f"{key}: {build.error}"
@@ -51,12 +59,18 @@ def test_auto_mode_builds_measures_and_recommends(
     assert best is not None and best.within_tolerance
     within = [b for b in builds.values() if b.within_tolerance]
     eligible = [b for b in within if b.meets_budget] or within  # a noisy run may not count
-    assert best.benchmark.latency_p50_ms == min(b.benchmark.latency_p50_ms for b in eligible)
+    compare = run.compare_job
+    assert compare.state == "succeeded", compare.error
+    compared = [b for b in builds.values() if b.side_by_side_ms is not None]
+    assert len(compared) == min(len(eligible), auto.COMPARE_MAX) and best in compared
+    assert best.side_by_side_ms == min(b.side_by_side_ms for b in compared)
+    assert "timed side by side with" in run.summary
     assert all(b.benchmark.duration_s >= 2.5 for b in within)  # measured by time, not a count
     assert best.pareto
     client.login(username="alice", password=PASSWORD)
     page = client.get(run.get_absolute_url()).content.decode()
     assert "recommended" in page and "Pareto" in page and "skipped" in page
+    assert 'id="auto-compare"' in page and floatformat(best.side_by_side_ms, 4) in page
     ort_fp32 = builds[("onnxruntime", "fp32")].engine
     engine_page = client.get(ort_fp32.get_absolute_url()).content.decode()
     assert 'id="graph-report"' in engine_page and "BatchNormalization" in engine_page

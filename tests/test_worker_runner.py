@@ -225,18 +225,20 @@ def tiny_engine(tiny_model, tmp_path):
     return built.artifact.read_bytes()
 
 
-def engine_input(data, key, backend="onnxruntime", build_config=None, signature=None):
+def engine_input(
+    data, key, backend="onnxruntime", build_config=None, signature=None, engine_id=ENGINE_ID
+):
     sha256 = hashlib.sha256(data).hexdigest()
     return {
-        "url": f"/api/v1/engines/{ENGINE_ID}/download",
-        "id": ENGINE_ID,
+        "url": f"/api/v1/engines/{engine_id}/download",
+        "id": engine_id,
         "sha256": sha256,
         "size": len(data),
         "signature": signature or key.sign(sha256),
         "backend": backend,
         "build_config": build_config or {"optimization_level": "all"},
         "compat_key": "onnxruntime:" + "0" * 64,
-        "filename": f"engine-{ENGINE_ID}",
+        "filename": f"engine-{engine_id}",
     }
 
 
@@ -763,3 +765,53 @@ def test_it_refuses_to_benchmark_an_engine_on_another_provider(start_hub, tiny_e
 
     assert run(hub, signing_public_key=hub_key.public_hex) == "failed"
     assert "built for CPUExecutionProvider" in hub.bodies("complete")[0]["error"]
+
+
+def test_it_times_two_engines_of_different_backends_side_by_side(
+    start_hub, tiny_model, tiny_engine, hub_key, tmp_path
+):
+    from workers.backends.openvino import OpenVinoBackend
+
+    source = tmp_path / "ov-source.onnx"
+    source.write_bytes(tiny_model)
+    build = tmp_path / "ov-build"
+    build.mkdir()
+    openvino_config = {"device": "CPU", "precision": "f32"}
+    openvino_engine = OpenVinoBackend().compile(source, openvino_config, build).artifact
+    openvino_bytes = openvino_engine.read_bytes()
+    inputs = {
+        "engine-7": engine_input(tiny_engine, hub_key),
+        "engine-8": engine_input(openvino_bytes, hub_key, "openvino", openvino_config, engine_id=8),
+        "model": model_input(tiny_model),
+    }
+    params = {"engines": [7, 8], "rounds": 2, "duration_s": 0.2, "warmup_s": 0}
+    hub = start_hub(make_job("compare", params=params, inputs=inputs), {"model": tiny_model})
+    hub.engines.update({7: tiny_engine, 8: openvino_bytes})
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    [completion] = hub.bodies("complete")
+    assert state == "succeeded", completion.get("error")
+    result = completion["result"]
+    assert {figures["engine"] for figures in result["engines"]} == {"7", "8"}
+    assert result["fastest"] in ("7", "8") and result["fingerprint"] == FINGERPRINT
+    assert "engine 7 signature verified" in completion["log"]
+    assert "engine 8 signature verified" in completion["log"]
+    assert "fastest: engine" in completion["log"]
+
+
+def test_it_refuses_a_compare_job_when_one_engine_was_tampered_with(
+    start_hub, tiny_engine, hub_key
+):
+    tampered = bytes([tiny_engine[0] ^ 1]) + tiny_engine[1:]
+    other = engine_input(tiny_engine, hub_key, engine_id=8)
+    other["sha256"] = hashlib.sha256(tampered).hexdigest()  # honest size and sha256, no signature
+    inputs = {"engine-7": engine_input(tiny_engine, hub_key), "engine-8": other}
+    params = {"engines": [7, 8]}
+    hub = start_hub(make_job("compare", params=params, inputs=inputs))
+    hub.engines.update({7: tiny_engine, 8: tampered})
+
+    state = run(hub, signing_public_key=hub_key.public_hex)
+
+    assert state == "failed"
+    assert "signature" in hub.bodies("complete")[0]["error"]

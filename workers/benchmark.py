@@ -195,11 +195,11 @@ def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, p
     is loaded with graph optimisations off: it had them.
     """
     return benchmark_session(
-        lambda settings: _create_session(model_path, settings, preoptimized),
+        lambda settings: create_session(model_path, settings, preoptimized),
         params,
         progress,
         should_stop,
-        make_graph_session=lambda settings: _create_session(
+        make_graph_session=lambda settings: create_session(
             model_path, settings, preoptimized, cuda_graphs=True
         ),
     )
@@ -277,7 +277,7 @@ def measure(call, goal, report, should_stop):
     while count := goal.next_chunk(len(samples), clock() - started):
         if should_stop():
             raise Cancelled("the benchmark was stopped")
-        samples += _timed_runs(call, count)
+        samples += timed_runs(call, count)
         report(goal.fraction(len(samples), clock() - started))
     return samples, (clock() - started) / 1e9
 
@@ -547,7 +547,7 @@ def _check_gpu_options(settings, on_gpu, session, make_graph_session):
         )
 
 
-def _create_session(model_path, settings, preoptimized=False, cuda_graphs=False):
+def create_session(model_path, settings, preoptimized=False, cuda_graphs=False):
     """Create an ONNX Runtime session with the requested threads and provider."""
     import onnxruntime as ort
 
@@ -559,7 +559,7 @@ def _create_session(model_path, settings, preoptimized=False, cuda_graphs=False)
     return ort.InferenceSession(str(model_path), options, providers=providers)
 
 
-def _timed_runs(call, count):
+def timed_runs(call, count):
     """Time `count` runs back to back; this loop is what the benchmark measures."""
     clock = time.perf_counter_ns
     samples = [0] * count
@@ -629,7 +629,13 @@ def _threads_used(session, settings, physical_cores):
 
 def _number(name, value):
     """Return a numeric param converted and range-checked, or raise JobError naming it."""
-    kind, minimum, inclusive = NUMBERS[name]
+    return read_number(name, value, NUMBERS[name])
+
+
+def read_number(name, value, rule):
+    """Return value read by rule (type, smallest value, whether the smallest is allowed),
+    or raise JobError naming the param and what it must be."""
+    kind, minimum, inclusive = rule
     try:
         if isinstance(value, bool) or float(value) != float(kind(float(value))):
             raise ValueError(value)

@@ -15,15 +15,21 @@ import traceback
 import zipfile
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
-from workers import golden, signing
+from workers import golden, side_by_side, signing
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
 from workers.backends.isolate import CompileFailure, compile_result_from_json, run_isolated
 from workers.backends.onnxruntime import engine_model_path, provider_of
-from workers.benchmark import benchmark_onnxruntime, benchmark_session
+from workers.benchmark import (
+    benchmark_onnxruntime,
+    benchmark_session,
+    create_session,
+    read_settings,
+)
 from workers.client import Conflict, HubError
 from workers.errors import Cancelled, JobError
 from workers.evaluate import evaluate
@@ -231,7 +237,7 @@ class JobRun:
             filename = info.get("filename")
             dest = workdir / name / (filename if _is_plain_name(filename) else name)
             dest.parent.mkdir(parents=True)
-            download = self._download_engine if name == ENGINE_INPUT else self._download_file
+            download = self._download_engine if is_engine_input(name) else self._download_file
             paths[name] = download(name, info, dest)
             self.log.add(f"input {name} verified (sha256 {info['sha256'][:12]}...)")
         return paths
@@ -337,8 +343,9 @@ class LoadedEngine:
         return [self.backend.name]
 
 
-def load_engine(job_run, inputs, engine):
-    """Load an engine with its backend; input names and shapes come from the source model."""
+def load_engine(job_run, inputs, engine, path=None):
+    """Load an engine (the input `engine`, or path) with its backend; input names and
+    shapes come from the source model."""
     import onnxruntime
 
     if "model" not in inputs:
@@ -352,7 +359,7 @@ def load_engine(job_run, inputs, engine):
         session = onnxruntime.InferenceSession(str(source), providers=["CPUExecutionProvider"])
         metas = session.get_inputs()
     backend = registry.require(engine["backend"])()
-    handle = backend.load(inputs[ENGINE_INPUT], engine.get("build_config") or {})
+    handle = backend.load(path or inputs[ENGINE_INPUT], engine.get("build_config") or {})
     job_run.log.add(f"{backend.name} engine loaded ({getattr(handle, 'source', 'engine')})")
     return LoadedEngine(backend, handle, metas)
 
@@ -369,9 +376,50 @@ def _benchmark_loaded_engine(job_run, inputs, engine):
 
 def check_benchmark(job_run):
     """Refuse, before downloading, an engine this worker cannot run."""
-    engine = (job_run.job.get("inputs") or {}).get(ENGINE_INPUT)
-    if engine is not None:
-        registry.require(engine.get("backend"))
+    for name, engine in (job_run.job.get("inputs") or {}).items():
+        if is_engine_input(name):
+            registry.require(engine.get("backend"))
+
+
+def is_engine_input(name):
+    """Return True for an input that carries an engine: `engine`, or `engine-<id>` of a compare
+    job (docs/protocol.md)."""
+    return name == ENGINE_INPUT or name.startswith(f"{ENGINE_INPUT}-")
+
+
+def run_compare(job_run, inputs):
+    """Time the job's engines side by side in this process; return the protocol's result."""
+    params = job_run.job.get("params") or {}
+    described = job_run.job["inputs"]
+    loaders = {}
+    for engine_id in params.get("engines") or ():
+        name = f"{ENGINE_INPUT}-{engine_id}"
+        if name not in inputs:
+            raise JobError(f"the compare job lists engine {engine_id} but has no input {name}")
+        loaders[str(engine_id)] = partial(
+            _compared_engine, job_run, inputs, described[name], inputs[name], params
+        )
+    result = side_by_side.compare(
+        loaders, params, progress=job_run.report, should_stop=job_run.should_stop
+    )
+    for figures in result["engines"]:
+        job_run.log.add(
+            f"engine {figures['engine']}: best round median {figures['best_round_ms']:.4f} ms, "
+            f"median of rounds {figures['median_round_ms']:.4f} ms"
+        )
+    verdict = "tied with" if result["tied"] else f"{result['lead']:.3f}x faster than"
+    job_run.log.add(f"fastest: engine {result['fastest']}, {verdict} the next")
+    result["fingerprint"] = job_run.current_fingerprint()
+    return result
+
+
+def _compared_engine(job_run, inputs, engine, path, params):
+    """Load one engine of a compare job as the benchmark harness runs it."""
+    if engine.get("backend") != "onnxruntime":
+        return load_engine(job_run, inputs, engine, path)
+    provider = provider_of(engine.get("build_config"))
+    settings = read_settings({"provider": provider, "seed": params.get("seed")})
+    return create_session(engine_model_path(path), settings, preoptimized=True)
 
 
 def run_evaluate(job_run, inputs):
@@ -633,6 +681,7 @@ def run_noop(job_run, inputs):
 # What this worker can run, by job kind: fn(job_run, inputs) -> result.
 KINDS = {
     "benchmark": run_benchmark,
+    "compare": run_compare,
     "compile": run_compile,
     "evaluate": run_evaluate,
     "export": run_export,
@@ -640,7 +689,12 @@ KINDS = {
     "parity": run_parity,
 }
 # Checks a job passes before its inputs are downloaded, by kind: fn(job_run), raising JobError.
-CHECKS = {"benchmark": check_benchmark, "compile": check_compile, "evaluate": check_benchmark}
+CHECKS = {
+    "benchmark": check_benchmark,
+    "compare": check_benchmark,
+    "compile": check_compile,
+    "evaluate": check_benchmark,
+}
 
 
 def _work_for(kind):

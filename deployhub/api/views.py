@@ -15,6 +15,7 @@ from deployhub.engines import signing
 from deployhub.engines.actions import (
     calibration_cache_for,
     calibration_of,
+    compared_engines,
     compatibility,
     evaluation_dataset_of,
     golden_set_of,
@@ -24,7 +25,7 @@ from deployhub.engines.actions import (
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions
 from deployhub.jobs.artifacts import store_artifact
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.parity.models import parity_run_of
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import VersionFormat
@@ -130,13 +131,16 @@ def _engine_input(engine):
 def _inputs(job, device=None):
     """Return the files a job needs, as the device that claimed it should fetch them."""
     inputs = {}
-    if job.engine is not None:
+    if job.kind == JobKind.COMPARE:
+        for engine in compared_engines(job):
+            inputs[f"engine-{engine.pk}"] = _engine_input(engine)
+    elif job.engine is not None:
         inputs["engine"] = _engine_input(job.engine)
     version = job.model_version
     if (
         version is not None
         and job.kind != "parity"  # a parity check needs the spec (in params) and its pack only
-        and (job.engine is None or job.kind in ("evaluate", "benchmark"))
+        and (job.engine is None or job.kind in ("evaluate", "benchmark", "compare"))
     ):
         inputs["model"] = _file_input(
             job, "model", version.sha256, version.size, _input_filename(version)

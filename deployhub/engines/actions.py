@@ -160,6 +160,21 @@ def evaluation_dataset_of(job):
     )
 
 
+def compared_engines(job):
+    """Return the engines a compare job times side by side, in the order it lists them.
+
+    Only engines of the job's own device class and version count, so a job cannot
+    name another team's engine.
+    """
+    if job.kind != "compare":
+        return []
+    ids = [pk for pk in job.params.get("engines") or () if isinstance(pk, int)]
+    engines = Engine.objects.filter(
+        pk__in=ids, device_class=job.device_class, model_version=job.model_version
+    ).in_bulk()
+    return [engines[pk] for pk in ids if pk in engines]
+
+
 def golden_set_of(job):
     """Return the golden set an evaluate job checks its engine on, if any."""
     from deployhub.registry.models import GoldenSet

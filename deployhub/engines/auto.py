@@ -9,7 +9,15 @@ SingleStream, p99 against the frame budget), a batch class in its batches
 build within the class's accuracy tolerance (and reproducing the golden pairs)
 that meets the class's gate; the Pareto-optimal builds (no other build both
 faster and more accurate) are marked.
+
+Builds benchmarked one after another each meet the machine in another state, so
+two builds a few percent apart would be ranked by noise. Before recommending,
+the eligible builds whose separate runs came close to the fastest one are timed
+again side by side, in one process on one device (a `compare` job,
+workers/side_by_side.py), and that run decides between them.
 """
+
+import math
 
 from django.db import transaction
 from django.utils import timezone
@@ -19,7 +27,9 @@ from deployhub.benchmarks.models import GateVerdict
 from deployhub.engines.actions import BuildRefused, request_compile, request_evaluation
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
 from deployhub.engines.preflight import GRID, preflight
-from deployhub.jobs.models import JobState
+from deployhub.jobs.errors import ResultRejected
+from deployhub.jobs.models import JobKind, JobState
+from workers.side_by_side import TIE_MARGIN
 
 BUILD_CONFIGS = {
     ("onnxruntime", "fp32"): {"optimization_level": "all", "provider": "CPUExecutionProvider"},
@@ -48,6 +58,11 @@ BATCH_BENCHMARK = {"scenario": "offline", "warmup_s": 1.0, "duration_s": 3.0}
 # multiples of 8), else at the largest batch below it the contract allows.
 PREFERRED_BATCH = 8
 EVALUATION_SAMPLES = 1000
+# Eligible builds whose separate runs came within this share of the fastest one (at most
+# COMPARE_MAX of them, fastest first) are timed again side by side before one is recommended.
+COMPARE_MARGIN = 0.25
+COMPARE_MAX = 4
+COMPARE_BENCHMARK = {"rounds": 10, "duration_s": 2.0, "warmup_s": 0.5}
 
 
 class AutoRefused(ValueError):
@@ -180,15 +195,93 @@ def advance(run):
             build.finished = _step(build)
             build.save()
         if not run.builds.filter(finished=False).exists():
-            rank(run)
+            _conclude(run)
+    return run
+
+
+def _conclude(run):
+    """With every build measured: time the closest ones side by side, then rank."""
+    if run.compare_job is None:
+        contenders = _contenders(run, _judge(run))
+        if len(contenders) >= 2:
+            run.compare_job = _compare(run, contenders)
+            run.save(update_fields=["compare_job"])
+            return
+    elif not run.compare_job.is_final:
+        return
+    rank(run)
+
+
+def _contenders(run, measured):
+    """Return the eligible builds that came close to the fastest, fastest first.
+
+    An AOTInductor build from the .pt2 parent has other inputs than the version's
+    ONNX file, so it keeps the figure of its separate run.
+    """
+    eligible = sorted(_eligible(measured), key=ms_per_image)
+    if not eligible:
+        return []
+    limit = ms_per_image(eligible[0]) * (1 + COMPARE_MARGIN)
+    close = [
+        b
+        for b in eligible
+        if ms_per_image(b) <= limit and b.engine.model_version_id == run.model_version_id
+    ]
+    return close[:COMPARE_MAX]
+
+
+def _compare(run, contenders):
+    """Queue the side-by-side benchmark of the contenders' engines on the run's class."""
+    from deployhub.jobs.actions import submit_job
+
+    engines = [build.engine for build in contenders]
+    batch_size = benchmark_params(run.model_version, run.device_class)["batch_size"]
+    params = {
+        **COMPARE_BENCHMARK,
+        "batch_size": batch_size,
+        "engines": [engine.pk for engine in engines],
+        "auto_run": run.pk,
+    }
+    return submit_job(
+        kind=JobKind.COMPARE,
+        team=run.team,
+        device_class=run.device_class,
+        user=run.created_by,
+        model_version=run.model_version,
+        engine=engines[0],
+        params=params,
+    )
+
+
+def record_comparison(job, result):
+    """Store a side-by-side benchmark's figures on the auto run's builds (ms per image)."""
+    run = AutoRun.objects.filter(compare_job=job).first()
+    if run is None:
+        raise ResultRejected("no auto run waits on this side-by-side benchmark")
+    asked = {str(pk) for pk in job.params.get("engines") or ()}
+    figures = {str(f.get("engine")): f for f in result.get("engines") or () if isinstance(f, dict)}
+    if set(figures) != asked:
+        raise ResultRejected(
+            f"the result times engines {sorted(figures)}; the job asked for {sorted(asked)}"
+        )
+    batch_size = job.params.get("batch_size") or 1
+    for build in run.builds.filter(engine_id__in=asked):
+        best = figures[str(build.engine_id)].get("best_round_ms")
+        if isinstance(best, bool) or not isinstance(best, int | float) or not 0 < best < math.inf:
+            raise ResultRejected(
+                f"best_round_ms of engine {build.engine_id} must be a positive number, got {best!r}"
+            )
+        build.side_by_side_ms = best / batch_size
+        build.save(update_fields=["side_by_side_ms"])
     return run
 
 
 def advance_for_job(job):
-    """Advance the auto run a finished job belongs to, if any."""
+    """Advance the auto run a finished job belongs to (a build's job, or its comparison)."""
     build = AutoBuild.objects.filter(pk=job.params.get("auto_build")).first()
-    if build is not None:
-        advance(build.auto_run)
+    run = build.auto_run if build else AutoRun.objects.filter(pk=job.params.get("auto_run")).first()
+    if run is not None:
+        advance(run)
 
 
 def _accuracy_ok(accuracy, tolerance):
@@ -216,6 +309,15 @@ def _score(build):
 
 def rank(run):
     """Mark the Pareto-optimal builds and the recommended one; finish the run."""
+    measured = _judge(run)
+    run.recommended = _recommend(measured)
+    run.summary = _summary(run, measured)
+    run.state, run.finished_at = AutoRunState.DONE, timezone.now()
+    run.save()
+
+
+def _judge(run):
+    """Mark each measured build's budget, tolerance and Pareto flags; return the measured."""
     measured = [b for b in run.builds.all() if not b.error and b.benchmark and b.accuracy]
     tolerance = run.device_class.accuracy_tolerance
     for build in measured:
@@ -230,16 +332,22 @@ def rank(run):
             for other in measured
         )
         build.save()
-    run.recommended = _recommend(measured)
-    run.summary = _summary(run, measured)
-    run.state, run.finished_at = AutoRunState.DONE, timezone.now()
-    run.save()
+    return measured
+
+
+def _eligible(measured):
+    """Return the builds a recommendation may name: within tolerance, meeting the gate if any do."""
+    within = [b for b in measured if b.within_tolerance]
+    return [b for b in within if b.meets_budget] or within
+
+
+def _decisive_ms(build):
+    """Return a build's time per image, from the side-by-side run when it was in it."""
+    return build.side_by_side_ms if build.side_by_side_ms is not None else ms_per_image(build)
 
 
 def _recommend(measured):
-    eligible = [b for b in measured if b.within_tolerance and b.meets_budget]
-    eligible = eligible or [b for b in measured if b.within_tolerance]
-    return min(eligible, key=ms_per_image, default=None)
+    return min(_eligible(measured), key=_decisive_ms, default=None)
 
 
 def _summary(run, measured):
@@ -254,7 +362,31 @@ def _summary(run, measured):
     text = f"Recommended: {best.backend} {best.precision}, {figure}"
     if not best.meets_budget:
         text += f"; no build meets the class's gate ({device_class.gate_rule[:-1]})"
-    return text
+    return text + _comparison_summary(run, measured)
+
+
+def _comparison_summary(run, measured):
+    """Return what the side-by-side run decided, or why it did not, as a clause."""
+    job = run.compare_job
+    if job is None:
+        return ""
+    if job.state != JobState.SUCCEEDED:
+        why = job.error or job.get_state_display().lower()
+        return f"; the side-by-side benchmark did not finish ({why}), so the separate runs decided"
+    best = run.recommended
+    others = sorted(
+        (b for b in measured if b.side_by_side_ms is not None and b.pk != best.pk),
+        key=lambda b: b.side_by_side_ms,
+    )
+    if not others or best.side_by_side_ms is None:
+        return ""
+    lead = others[0].side_by_side_ms / best.side_by_side_ms
+    verdict = "as fast as" if lead <= 1 + TIE_MARGIN else f"{lead:.2f}× faster than"
+    return (
+        f"; timed side by side with {', '.join(str(b) for b in others)}, "
+        f"it was {verdict} {others[0]} ({best.side_by_side_ms:.3g} vs "
+        f"{others[0].side_by_side_ms:.3g} ms per image)"
+    )
 
 
 def advance_running():

@@ -184,6 +184,14 @@ class AutoRun(models.Model):
         "AutoBuild", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     summary = models.TextField(blank=True)
+    compare_job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The side-by-side benchmark of the fastest eligible builds, if there was one.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -235,6 +243,11 @@ class AutoBuild(models.Model):
     pareto = models.BooleanField(default=False)
     meets_budget = models.BooleanField(null=True)
     within_tolerance = models.BooleanField(null=True)
+    side_by_side_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Milliseconds per image in the run's side-by-side benchmark (its best round).",
+    )
 
     class Meta:
         ordering = ["auto_run", "id"]

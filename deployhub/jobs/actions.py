@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.actions import record_engine
+from deployhub.engines.auto import record_comparison
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.parity.models import ParityRun
@@ -28,6 +29,7 @@ RESULT_HANDLERS = {
     JobKind.EXPORT: record_export,
     JobKind.COMPILE: record_engine,
     JobKind.PARITY: ParityRun.record,
+    JobKind.COMPARE: record_comparison,
 }
 
 __all__ = ["JobConflict", "ResultRejected", "WrongDevice"]
@@ -163,7 +165,7 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
             state, error = _store_result(job, result or {})
         _finish(job, state, error=error)
         Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
-        if job.params.get("auto_build"):
+        if job.params.get("auto_build") or job.params.get("auto_run"):
             transaction.on_commit(lambda: advance_for_job(job))
     return job
 

@@ -42,6 +42,7 @@ class JobKind(ChoiceSet):
     COMPILE = "compile"
     EVALUATE = "evaluate"
     PARITY = "parity"
+    COMPARE = "compare"
     CHOICES = (
         (BENCHMARK, "Benchmark", "blue"),
         (NOOP, "No-op (pipeline check)", "grey"),
@@ -49,6 +50,7 @@ class JobKind(ChoiceSet):
         (COMPILE, "Compile", "purple"),
         (EVALUATE, "Evaluate", "teal"),
         (PARITY, "Preprocessing parity", "teal"),
+        (COMPARE, "Side-by-side benchmark", "blue"),
     )
 
 
