@@ -16,13 +16,14 @@ from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
 from deployhub.registry.models import GoldenRun, GoldenSet
 from tests.benchmark_results import LATENCY, result
-from tests.conftest import stored_engine
+from tests.conftest import PASSWORD, stored_engine
 
 pytestmark = pytest.mark.django_db
 
 
-def engine_of(version, device_class, name):
-    return stored_engine(version, device_class, {"name": name}, digest=name)
+def engine_of(version, device_class, name, precision=None):
+    config = {"name": name, **({"precision": precision} if precision else {})}
+    return stored_engine(version, device_class, config, digest=name)
 
 
 def job(version, device_class, kind, engine):
@@ -36,10 +37,12 @@ def job(version, device_class, kind, engine):
     )
 
 
-def build(run, name, *, p50, p99=None, batch=1, throughput=None, agreement=1.0, stable=True):
+def build(
+    run, name, *, p50, p99=None, batch=1, throughput=None, agreement=1.0, stable=True, int8=False
+):
     """Add a measured build: its benchmark (p50/p99 ms per batch) and its evaluation."""
     version, device_class = run.model_version, run.device_class
-    engine = engine_of(version, device_class, name)
+    engine = engine_of(version, device_class, name, "int8" if int8 else None)
     body = result(
         batch_size=batch,
         latency_ms={**LATENCY, "p50": p50, "p99": p99 or p50 * 1.2, "min": p50 * 0.9},
@@ -302,3 +305,15 @@ def test_a_compare_job_names_only_engines_of_its_own_version_and_class(run, demo
     job.params = {"engines": [foreign.pk, first.engine.pk, "x", first.engine.pk + 1000]}
 
     assert compared_engines(job) == [first.engine]
+
+
+def test_the_page_flags_an_int8_build_slower_than_fp32(run, client, alice):
+    build(run, "fp32", p50=2.0)
+    build(run, "int8-slow", p50=2.4, int8=True)
+    build(run, "int8-fast", p50=1.0, int8=True)
+    auto.advance(run)
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get(run.get_absolute_url()).content.decode()
+
+    assert page.count("INT8 slower than FP32 (2.000 ms)") == 1

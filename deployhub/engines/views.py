@@ -7,6 +7,7 @@ from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.forms import BenchmarkForm
+from deployhub.benchmarks.models import flag_int8_slowdowns
 from deployhub.engines import auto
 from deployhub.engines.actions import (
     BuildRefused,
@@ -165,5 +166,8 @@ def auto_run_detail(request, pk):
         pk=pk,
         device_class__team__in=teams_of(request.user),
     )
-    builds = run.builds.select_related("engine", "compile_job", "benchmark_job", "evaluate_job")
+    builds = list(
+        run.builds.select_related("engine", "compile_job", "benchmark_job", "evaluate_job")
+    )
+    flag_int8_slowdowns([b.benchmark for b in builds if b.benchmark])
     return render(request, "engines/auto_run.html", {"run": run, "builds": builds})
