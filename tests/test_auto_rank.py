@@ -317,3 +317,15 @@ def test_the_page_flags_an_int8_build_slower_than_fp32(run, client, alice):
     page = client.get(run.get_absolute_url()).content.decode()
 
     assert page.count("INT8 slower than FP32 (2.000 ms)") == 1
+
+
+def test_the_summary_says_when_instability_not_speed_kept_a_build_from_the_gate(run):
+    run.device_class.frame_budget_ms = 4.0
+    run.device_class.save()
+    build(run, "noisy", p50=2.0, stable=False)  # p99 2.4 ms: within 4 ms, not 2x within
+
+    builds, run = ranked(run)
+
+    assert run.recommended.precision == "noisy" and builds["noisy"].meets_budget is None
+    assert "no build was measured meeting the class's gate" in run.summary
+    assert "unstable (CV 30.0% is above 10%)" in run.summary

@@ -360,8 +360,12 @@ def _summary(run, measured):
     else:
         figure = f"p50 {benchmark.latency_p50_ms:.3f} ms"
     text = f"Recommended: {best.backend} {best.precision}, {figure}"
-    if not best.meets_budget:
-        text += f"; no build meets the class's gate ({device_class.gate_rule[:-1]})"
+    gate = device_class.gate_rule[:-1]
+    if best.meets_budget is None:
+        verdict = best.benchmark.gate()
+        text += f"; no build was measured meeting the class's gate ({gate}): {verdict.reason}"
+    elif not best.meets_budget:
+        text += f"; no build meets the class's gate ({gate})"
     return text + _comparison_summary(run, measured)
 
 
