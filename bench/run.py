@@ -407,7 +407,7 @@ DEMO_ASSETS = ROOT / "deployhub" / "demo" / "assets"
 AUTO_DEADLINE_S = 480
 # Side by side: each runner warms up, then runs in turn, round after round, for about
 # TIMING_SECONDS in all, so that drift on a shared machine touches all of them alike.
-TIMING_SECONDS, TIMING_ROUNDS, WARMUP_RUNS, MIN_RUNS_PER_ROUND = 3.0, 15, 10, 3
+TIMING_SECONDS, TIMING_ROUNDS, WARMUP_SECONDS = 3.0, 15, 0.5
 BATCH_SIZES = (1, 8)
 AGREEMENT_TARGET = 0.99  # top-1 agreement of the recommended build with the FP32 source
 
@@ -518,33 +518,25 @@ def load_build(build, work):
 
 
 def time_side_by_side(runners):
-    """Time the runners in turn, round after round; return each one's best round median in ms.
+    """Time the runners in turn, round after round, as auto mode's compare job does
+    (workers/side_by_side.py); return each one's best round median in ms.
 
     The best round, not all of them: when another process takes one of the cores,
     eager torch's OpenMP threads wait on each other and its runs take 10 to 40 times
     longer (ONNX Runtime's 3 times), so a burst of load elsewhere, not the runtimes,
     would decide the ratios. A round's median still ignores a single slow run.
     """
-    counts = {
-        name: runs_filling(run, TIMING_SECONDS / TIMING_ROUNDS) for name, run in runners.items()
-    }
-    medians = {name: [] for name in runners}
-    for _ in range(TIMING_ROUNDS):
-        for name, run in runners.items():
-            medians[name].append(statistics.median(timed_runs(run, counts[name])))
-    return {name: min(values) * 1000 for name, values in medians.items()}
+    from workers import side_by_side
 
-
-def runs_filling(run, seconds):
-    """Warm a runner up; return how many runs take about `seconds`."""
-    started = time.perf_counter()
-    for _ in range(WARMUP_RUNS):
-        run()
-    return max(MIN_RUNS_PER_ROUND, int(seconds * WARMUP_RUNS / (time.perf_counter() - started)))
+    settings = side_by_side.Settings(
+        rounds=TIMING_ROUNDS, duration_s=TIMING_SECONDS, warmup_s=WARMUP_SECONDS
+    )
+    _, medians = side_by_side.time_in_rounds(runners, settings)
+    return {name: min(values) for name, values in medians.items()}
 
 
 def timed_runs(run, count):
-    """Return the duration in seconds of each of count runs."""
+    """Return the duration in seconds of each of count runs: the bare loop."""
     samples = []
     for _ in range(count):
         started = time.perf_counter()
@@ -746,7 +738,7 @@ def bench_harness_overhead():
         str(DEMO_ASSETS / "digits_cnn_v2.onnx"), providers=["CPUExecutionProvider"]
     )
     run = partial(session.run, None, random_inputs(session.get_inputs(), 1))
-    runs_filling(run, 0)  # warms the session up
+    timed_runs(run, 10)  # warms the session up
     params = {"warmup_iterations": 0, "iterations": HARNESS_RUNS}
 
     def harness():

@@ -48,6 +48,20 @@ def matmul_chain(path, width=256, layers=20):
     return save_model(path, nodes, ["N", width], ["N", width], weights)
 
 
+def count_session_runs(monkeypatch):
+    """Count every ONNX Runtime session.run from now on; return the list that grows by one each."""
+    import onnxruntime
+
+    calls = []
+    real_run = onnxruntime.InferenceSession.run
+    monkeypatch.setattr(
+        onnxruntime.InferenceSession,
+        "run",
+        lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k),
+    )
+    return calls
+
+
 def fixed_batch_of_one(path):
     """A Relu whose batch dimension is fixed at 1."""
     return save_model(path, [helper.make_node("Relu", ["x"], ["y"])], [1, 8], [1, 8])

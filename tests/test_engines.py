@@ -12,6 +12,7 @@ from deployhub.engines import signing
 from deployhub.engines.actions import request_compile, stored_file_intact
 from deployhub.engines.models import Engine, TimingCache
 from deployhub.jobs.models import Job
+from tests.benchmark_results import record_run
 from tests.conftest import PASSWORD
 
 FINGERPRINT = {
@@ -281,7 +282,6 @@ def test_an_admin_drains_a_device_through_the_api(client, alice, bob, device_a):
 def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
     client, version, device_class, alice, device_a
 ):
-    from deployhub.benchmarks.models import BenchmarkRun
     from tests.test_protocol import RESULT
 
     device, token = device_a
@@ -301,16 +301,8 @@ def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
     )
 
     def run(engine, p50):
-        job = Job.objects.create(
-            team=version.team,
-            kind="benchmark",
-            device_class=device_class,
-            model_version=version,
-            engine=engine,
-            state="succeeded",
-        )
         latency = {**RESULT["latency_ms"], "p50": p50}
-        return BenchmarkRun.record(job, {**RESULT, "latency_ms": latency})
+        return record_run(version, device_class, {**RESULT, "latency_ms": latency}, engine)
 
     run(engine, 18.0)
     run(int8, 24.0)

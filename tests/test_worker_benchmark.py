@@ -7,13 +7,13 @@ import threading
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 from tests.benchmark_models import (
     InputMeta,
     SleepyTestSession,
+    count_session_runs,
     fixed_batch_of_one,
     matmul_relu,
     save_model,
@@ -103,13 +103,7 @@ def test_it_judges_stability_with_its_reasons(model):
 
 
 def test_it_runs_exactly_the_requested_warmup_and_iterations(model, monkeypatch):
-    calls = []
-    real_run = ort.InferenceSession.run
-    monkeypatch.setattr(
-        ort.InferenceSession,
-        "run",
-        lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k),
-    )
+    calls = count_session_runs(monkeypatch)
 
     result = benchmark_onnxruntime(model, {"warmup_iterations": 3, "iterations": 37})
 

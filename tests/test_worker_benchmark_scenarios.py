@@ -4,7 +4,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.benchmark_models import fixed_batch_of_one, matmul_chain, matmul_relu
+from tests.benchmark_models import (
+    count_session_runs,
+    fixed_batch_of_one,
+    matmul_chain,
+    matmul_relu,
+)
 from workers.benchmark import benchmark_onnxruntime
 from workers.errors import JobError
 from workers.server_scenario import (
@@ -71,13 +76,7 @@ def test_it_offers_half_the_single_stream_capacity_without_a_target(model):
 
 
 def test_it_serves_exactly_iterations_queries_when_given(model, monkeypatch):
-    calls = []
-    real_run = ort.InferenceSession.run
-    monkeypatch.setattr(
-        ort.InferenceSession,
-        "run",
-        lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k),
-    )
+    calls = count_session_runs(monkeypatch)
 
     benchmark_onnxruntime(model, {**FEW, "scenario": "server", "target_qps": 2000})
 
@@ -120,13 +119,7 @@ def test_it_finds_no_rate_when_even_a_trickle_misses_the_budget_test_double():
 
 
 def test_it_processes_every_offline_sample_in_batches(model, monkeypatch):
-    calls = []
-    real_run = ort.InferenceSession.run
-    monkeypatch.setattr(
-        ort.InferenceSession,
-        "run",
-        lambda self, *a, **k: calls.append(1) or real_run(self, *a, **k),
-    )
+    calls = count_session_runs(monkeypatch)
     params = {**FEW, "scenario": "offline", "samples": 60, "batch_size": 8}
 
     result = benchmark_onnxruntime(model, params)

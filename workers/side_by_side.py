@@ -71,14 +71,22 @@ def compare(loaders, params, progress=None, should_stop=None):
         sessions[name] = load()
     feeds = random_inputs(list(next(iter(sessions.values())).get_inputs()), settings.batch_size)
     calls = {name: _call(session, feeds) for name, session in sessions.items()}
+    counts, medians = time_in_rounds(calls, settings, report, stop)
+    report(1.0, "done")
+    return _result(settings, counts, medians)
+
+
+def time_in_rounds(calls, settings, report=None, should_stop=None):
+    """Warm up each zero-argument call, then run each for its slice in every round, the
+    order rotating; return ({name: runs per slice}, {name: [each round's median in ms]})."""
+    report = report or (lambda fraction, message: None)
+    should_stop = should_stop or (lambda: False)
     slice_s = settings.duration_s / settings.rounds
     counts = {}
     for index, (name, call) in enumerate(calls.items()):
         report(0.05 + 0.1 * index / len(calls), f"warming up engine {name}")
-        counts[name] = _runs_per_slice(call, settings.warmup_s, slice_s, stop)
-    medians = _rounds(calls, counts, settings.rounds, report, stop)
-    report(1.0, "done")
-    return _result(settings, counts, medians)
+        counts[name] = _runs_per_slice(call, settings.warmup_s, slice_s, should_stop)
+    return counts, _rounds(calls, counts, settings.rounds, report, should_stop)
 
 
 def _call(session, feeds):
