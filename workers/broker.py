@@ -7,6 +7,8 @@ This module imports nothing but the standard library.
 from pathlib import Path
 
 FILESYSTEM_SCHEME = "filesystem://"
+# kombu's filesystem transport, writing each message whole before the consumer can see it.
+FILESYSTEM_TRANSPORT = "workers.fs_transport:Transport"
 # Embedded mode polls folders; keep delivery well under the 15 ms budget.
 FILESYSTEM_POLLING_INTERVAL = 0.05
 # Longer than the longest build: an unacked message is redelivered after it.
@@ -43,6 +45,7 @@ def celery_config(broker_url: str) -> dict:
     is_filesystem = filesystem_folder(broker_url) is not None
     return {
         "broker_url": FILESYSTEM_SCHEME if is_filesystem else broker_url,
+        "broker_transport": FILESYSTEM_TRANSPORT if is_filesystem else None,
         "broker_transport_options": transport_options(broker_url),
         "broker_connection_retry_on_startup": True,
         "task_serializer": "json",
