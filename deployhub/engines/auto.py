@@ -362,8 +362,8 @@ def _summary(run, measured):
     text = f"Recommended: {best.backend} {best.precision}, {figure}"
     gate = device_class.gate_rule[:-1]
     if best.meets_budget is None:
-        verdict = best.benchmark.gate()
-        text += f"; no build was measured meeting the class's gate ({gate}): {verdict.reason}"
+        reason = best.benchmark.gate().reason.rstrip(".")
+        text += f"; no build was measured meeting the class's gate ({gate}): {reason}"
     elif not best.meets_budget:
         text += f"; no build meets the class's gate ({gate})"
     return text + _comparison_summary(run, measured)
