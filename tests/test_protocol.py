@@ -6,8 +6,9 @@ import json
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.jobs.actions import cancel_job
+from deployhub.jobs.actions import cancel_job, submit_job
 from deployhub.jobs.models import Job, JobState
+from tests.io_models import BOOL, FLOAT, INT64, io_version
 
 RESULT = {
     "backend": "onnxruntime",
@@ -78,6 +79,47 @@ def test_it_gives_a_queued_job_to_the_claiming_device(client, job, make_device):
     assert body["inputs"]["model"]["sha256"] == job.model_version.sha256
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.device == device and job.lease_expires_at
+
+
+def test_it_sends_the_versions_signature_and_contract_with_the_job(
+    client, alice, demo_team, device_class, make_device
+):
+    inputs = [("image", FLOAT, [2, 3, 4, 4]), ("tokens", INT64, [2, 5]), ("flag", BOOL, [2])]
+    version = io_version(demo_team, alice, inputs)
+    job = submit_job(
+        team=demo_team,
+        kind="benchmark",
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+    )
+    _, token = make_device()
+
+    model_io = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()["model_io"]
+
+    assert [(i["name"], i["dtype"], i["shape"]) for i in model_io["inputs"]] == [
+        ("image", "float", [2, 3, 4, 4]),
+        ("tokens", "int64", [2, 5]),
+        ("flag", "bool", [2]),
+    ]
+    assert [o["name"] for o in model_io["outputs"]] == ["image_out", "tokens_out", "flag_out"]
+    assert model_io["contract"]["inputs"]["tokens"] == {
+        "shape": ["batch", 5],
+        "batch": {"sizes": [2]},
+        "dynamic": {},
+    }
+    assert model_io["contract"] == version.contract
+
+
+def test_a_job_without_a_model_version_has_no_model_io(
+    client, alice, demo_team, device_class, make_device
+):
+    job = submit_job(team=demo_team, kind="noop", device_class=device_class, user=alice)
+    _, token = make_device()
+
+    body = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+
+    assert body["kind"] == "noop" and body["model_io"] is None
 
 
 def test_it_refuses_a_redelivered_message_for_a_running_job(client, job, make_device):

@@ -176,7 +176,15 @@ def _job_json(job, device=None):
         "lease_expires_at": job.lease_expires_at.isoformat() if job.lease_expires_at else None,
         "cancel_requested": job.cancel_requested,
         "inputs": _inputs(job, device),
+        "model_io": _model_io(job.model_version),
     }
+
+
+def _model_io(version):
+    """Return the signature and contract every feed of the version is made from, or None."""
+    if version is None:
+        return None
+    return {"inputs": version.inputs, "outputs": version.outputs, "contract": version.contract}
 
 
 @require_GET
