@@ -8,6 +8,13 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
+from deployhub.registry.inspect import inspect_onnx
+from tests.foreign_models import (
+    calibration_npz,
+    conv_model,
+    nothing_to_quantise_model,
+    sample_input,
+)
 from workers.backends import onnxruntime as ort_backend
 from workers.backends.graph_report import histogram, onnx_graph_report
 from workers.backends.onnxruntime import FP16_ON_CPU, OnnxRuntimeBackend
@@ -234,3 +241,104 @@ def test_it_counts_nodes_and_groups_inside_subgraphs(tmp_path):
         "1 BatchNormalization nodes were not folded into their Conv "
         "(1 Conv+BatchNormalization groups before)",
     ]
+
+
+def folder(tmp_path, name):
+    """Return a new folder in tmp_path."""
+    path = tmp_path / name
+    path.mkdir()
+    return path
+
+
+def source_outputs(path, x):
+    """Return what ONNX Runtime computes from a source file, optimisations off."""
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("level", ["disabled", "basic", "extended", "all"])
+@pytest.mark.parametrize(
+    ("ir_version", "opset", "listed", "made_constant"),
+    [(3, 9, "all", "IR 3: 10 initializers"), (7, 13, "some", "IR 7: 4 initializers")],
+)
+def test_it_builds_models_that_list_initializers_as_inputs_at_every_level(
+    tmp_path, level, ir_version, opset, listed, made_constant
+):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(ir_version, opset, listed), str(source))
+    config = {"optimization_level": level}
+    x = sample_input()
+
+    built = OnnxRuntimeBackend().compile(source, config, folder(tmp_path, "build"))
+    backend = OnnxRuntimeBackend()
+    outputs = backend.infer(backend.load(built.artifact, config), {"x": x})
+
+    np.testing.assert_allclose(outputs[0], source_outputs(source, x)[0], rtol=1e-4, atol=1e-4)
+    assert f"{made_constant} listed as graph inputs were made constants" in built.log
+    assert [value.name for value in onnx.load(str(built.artifact)).graph.input] == ["x"]
+
+
+def test_it_leaves_the_graph_inputs_of_a_model_without_listed_initializers(tmp_path):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(8, 17, "none"), str(source))
+
+    built = OnnxRuntimeBackend().compile(source, {}, folder(tmp_path, "build"))
+
+    assert "made constants" not in built.log
+    assert not list(tmp_path.glob("**/*.constants.onnx"))
+
+
+def test_it_makes_listed_initializers_constants_and_keeps_external_data_in_place(tmp_path):
+    upload = folder(tmp_path, "upload")
+    source = upload / "source.onnx"
+    onnx.save(
+        conv_model(3, 9, "all"),
+        str(source),
+        save_as_external_data=True,
+        location="source.onnx.data",
+    )
+    x = sample_input()
+
+    built = OnnxRuntimeBackend().compile(source, {}, folder(tmp_path, "build"))
+    backend = OnnxRuntimeBackend()
+    outputs = backend.infer(backend.load(built.artifact, {}), {"x": x})
+
+    assert built.artifact.name == "engine.zip"
+    np.testing.assert_allclose(outputs[0], source_outputs(source, x)[0], rtol=1e-4, atol=1e-4)
+    assert sorted(path.name for path in upload.iterdir()) == [
+        "source.constants.onnx",
+        "source.onnx",
+        "source.onnx.data",
+    ]
+
+
+def test_it_signs_up_only_the_true_inputs_of_a_model_that_lists_initializers(tmp_path):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(3, 9, "all"), str(source))
+
+    info = inspect_onnx(source)
+
+    assert [value["name"] for value in info["inputs"]] == ["x"]
+    assert info["ir_version"] == 3
+
+
+def test_it_records_an_int8_build_that_quantised_nothing(tmp_path):
+    source = tmp_path / "source.onnx"
+    onnx.save(nothing_to_quantise_model(), str(source))
+    calibration = calibration_npz(tmp_path / "calibration.npz")
+
+    built = OnnxRuntimeBackend().compile(
+        source, INT8, folder(tmp_path, "int8"), calibration=calibration
+    )
+    fp32 = OnnxRuntimeBackend().compile(source, {}, folder(tmp_path, "fp32"))
+
+    assert built.graph_report["quantized_nodes"] == 0
+    assert "nothing quantised: this int8 build runs in float, as the fp32 build does" in built.log
+    assert "quantized_nodes" not in fp32.graph_report
+
+
+def test_it_counts_the_quantised_nodes_of_an_int8_build(int8_build):
+    assert int8_build.graph_report["quantized_nodes"] > 0
+    assert "nothing quantised" not in int8_build.log

@@ -8,9 +8,16 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 
+from tests.foreign_models import (
+    calibration_npz,
+    conv_model,
+    nothing_to_quantise_model,
+    sample_input,
+)
 from workers.backends import openvino as openvino_backend
 from workers.backends import registry
 from workers.backends.openvino import OpenVinoBackend
@@ -258,3 +265,34 @@ def test_it_sends_no_telemetry_and_writes_nothing_home(tmp_path):
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() != "NNCFTelemetry"
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize(("ir_version", "opset", "listed"), [(3, 9, "all"), (7, 13, "some")])
+def test_it_builds_models_that_list_initializers_as_graph_inputs(
+    tmp_path, ir_version, opset, listed
+):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(ir_version, opset, listed), str(source))
+    x = sample_input()
+    backend = OpenVinoBackend()
+
+    built = backend.compile(source, {}, tmp_path)
+    loaded = backend.load(built.artifact, {})
+
+    assert [value.get_any_name() for value in loaded.compiled.inputs] == ["x"]
+    [expected] = onnxruntime.InferenceSession(str(source)).run(None, {"x": x})
+    # The CPU plugin may compute in bf16 by itself where the CPU has it.
+    np.testing.assert_allclose(backend.infer(loaded, {"x": x})[0], expected, atol=0.05, rtol=0.05)
+
+
+def test_it_records_an_int8_build_that_quantised_nothing(build, tmp_path):
+    source = tmp_path / "source.onnx"
+    onnx.save(nothing_to_quantise_model(), str(source))
+    calibration = calibration_npz(tmp_path / "calibration.npz")
+
+    built = OpenVinoBackend().compile(source, INT8, tmp_path, calibration=calibration)
+
+    assert built.graph_report["quantized_nodes"] == 0
+    assert "nothing quantised: this int8 build runs in float, as the fp32 build does" in built.log
+    assert build(INT8).graph_report["quantized_nodes"] > 0
+    assert "nothing quantised" not in build(INT8).log

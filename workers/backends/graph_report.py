@@ -15,6 +15,9 @@ CONV_OPS = ("Conv", "FusedConv", "QLinearConv", "ConvInteger", "NhwcFusedConv")
 INT8_OPS = ("ConvInteger", "MatMulInteger", "QGemm", "QAttention", "DynamicQuantizeMatMul")
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 LAYOUT_OPS = ("ReorderInput", "ReorderOutput", "Transpose")
+# Operators that quantise or compute in INT8, in ONNX graphs and in OpenVINO models.
+QUANTIZED_OPS = (*QDQ_OPS, *INT8_OPS, "FakeQuantize", "FakeConvert")
+NOTHING_QUANTISED = "nothing quantised: this int8 build runs in float, as the fp32 build does"
 
 
 def onnx_graph_report(before_path, after_path):
@@ -31,6 +34,19 @@ def histogram(model):
     """Return {"nodes": n, "operators": {op: count}} of a model, subgraphs included."""
     counts = Counter(op_name(node) for node in nodes_of(model))
     return {"nodes": sum(counts.values()), "operators": dict(sorted(counts.items()))}
+
+
+def quantized_nodes(counts):
+    """Return how many nodes of a histogram quantise or compute in INT8 (QDQ, QLinear*, ...).
+
+    An int8 build with none quantised nothing: its graph had no operator the
+    quantiser takes, and it runs in float like the fp32 build.
+    """
+    return sum(
+        count
+        for op, count in counts["operators"].items()
+        if (kind := op.rsplit(".", 1)[-1]).startswith("QLinear") or kind in QUANTIZED_OPS
+    )
 
 
 def findings(before, after):

@@ -29,7 +29,7 @@ from workers.backends.base import (
     gpu_compute_capability,
     tool_version,
 )
-from workers.backends.graph_report import onnx_graph_report
+from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
 from workers.errors import JobError
 
 # Build config optimization_level -> onnxruntime.GraphOptimizationLevel member.
@@ -70,6 +70,8 @@ CONFIG_KEYS = ("provider", "optimization_level", "precision", *INT8_DEFAULTS)
 ENGINE_FILE = "engine.onnx"
 EXTERNAL_DATA_FILE = "engine.onnx.data"
 ENGINE_ARCHIVE = "engine.zip"
+# The first IR version whose graph inputs need not list the initializers.
+MIN_IR_WITHOUT_LISTING = 4
 FP16_ON_CPU = "fp16 conversion is for GPU providers; on the CPU use int8"
 NO_CALIBRATION = (
     "int8 needs the version's calibration dataset: attach one (version page, Datasets) "
@@ -136,11 +138,14 @@ class OnnxRuntimeBackend(Backend):
         build.note(
             f"onnxruntime {ort.__version__}, {provider}, precision {precision_of(build_config)}"
         )
+        build.source = weights_as_constants(build)
         model = _convert_precision(build, build_config, calibration)
         target, artifact = _optimise(ort, build, model, provider, level)
         report = onnx_graph_report(source, target)
         build.note(f"artifact {artifact.name}: {artifact.stat().st_size} bytes")
         build.notes += [f"graph: {line}" for line in report["fused"]]
+        if precision_of(build_config) == "int8":
+            _note_quantised(build, report)
         build.report(1.0, "built")
         return CompileResult(
             artifact=artifact,
@@ -222,6 +227,47 @@ def engine_model_path(artifact):
     if not model.is_file():
         raise JobError(f"the engine archive holds no {ENGINE_FILE}")
     return model
+
+
+def weights_as_constants(build):
+    """Return the source, or a copy whose graph inputs no longer list its initializers.
+
+    ONNX IR < 4 lists every initializer as a graph input (IR 4 and later allow
+    it, as an initializer a caller may override). ONNX Runtime's optimisations
+    fold some of those initializers away but keep the inputs, so the model it
+    saves asks at first run for feeds nobody gives ("Required inputs ... are
+    missing"). DeployHub never feeds initializers (the version's signature leaves
+    them out), so the copy makes them constants, at IR 4 at least. Only the
+    graph is rewritten: external data stays where it is, the copy sits beside
+    the source so its relative locations still resolve, and no tensor is read.
+    """
+    import onnx
+
+    model = onnx.load(str(build.source), load_external_data=False)
+    weights = {tensor.name for tensor in model.graph.initializer}
+    inputs = list(model.graph.input)
+    listed = [value for value in inputs if value.name in weights]
+    if not listed:
+        return build.source
+    del model.graph.input[:]
+    model.graph.input.extend(value for value in inputs if value.name not in weights)
+    ir_version, model.ir_version = model.ir_version, max(model.ir_version, MIN_IR_WITHOUT_LISTING)
+    folder = build.source.parent if has_external_data(build.source) else build.workdir
+    copy = folder / f"{build.source.stem}.constants.onnx"
+    onnx.save(model, str(copy))
+    raised = f" (IR version raised to {model.ir_version})" if ir_version != model.ir_version else ""
+    build.note(
+        f"IR {ir_version}: {len(listed)} initializers listed as graph inputs were made "
+        f"constants{raised}"
+    )
+    return copy
+
+
+def _note_quantised(build, report):
+    """Record how many nodes of the int8 build are quantised; say so when none is."""
+    report["quantized_nodes"] = quantized_nodes(report["after"])
+    if report["quantized_nodes"] == 0:
+        build.note(NOTHING_QUANTISED)
 
 
 def _check_provider(ort, provider):

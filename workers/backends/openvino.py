@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.backends.base import Backend, CompileResult, cpu_flags, cpu_isa, tool_version
-from workers.backends.graph_report import conv_groups, histogram
+from workers.backends.graph_report import (
+    NOTHING_QUANTISED,
+    conv_groups,
+    histogram,
+    quantized_nodes,
+)
 from workers.errors import JobError
 
 DEFAULT_DEVICE = "CPU"
@@ -135,6 +140,8 @@ class OpenVinoBackend(Backend):
         blob = _export_blob(compiled, workdir) if exports_blob(config) else None
         artifact = _archive(workdir, config, blob)
         graph = graph_report(source, model, compiled)
+        if precision_of(config) == "int8":
+            graph["quantized_nodes"] = quantized_nodes(graph["after"])
         report(1.0, "compiled")
         log = _build_log(core, config, quantised, graph, blob, artifact)
         return CompileResult(
@@ -476,6 +483,7 @@ def _build_log(core, config, quantised, graph, blob, artifact):
         f" precision {precision_of(config)} ({properties})"
     ]
     lines += [quantised] if quantised else []
+    lines += [NOTHING_QUANTISED] if graph.get("quantized_nodes") == 0 else []
     lines += graph["fused"]
     if blob:
         lines.append(f"compiled blob {blob.name}: {blob.stat().st_size} bytes (this build and CPU)")

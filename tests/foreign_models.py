@@ -1,0 +1,133 @@
+"""ONNX files as other tools write them: old IR versions, old opsets, nothing to quantise.
+
+Made here with onnx.helper and numpy, small enough to build in a test.
+"""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SHAPE = [1, 3, 8, 8]
+
+
+def _weights(seed):
+    """Return the conv model's initializers: a Conv, a BatchNormalization, a linear head."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "conv.w": rng.normal(scale=0.3, size=(4, 3, 3, 3)),
+        "conv.b": rng.normal(size=4),
+        "bn.scale": rng.uniform(0.5, 1.5, size=4),
+        "bn.shift": rng.normal(size=4),
+        "bn.mean": rng.normal(scale=0.1, size=4),
+        "bn.var": rng.uniform(0.5, 1.5, size=4),
+        "flat.shape": np.array([1, -1]),
+        "fc.w": rng.normal(scale=0.1, size=(4 * 8 * 8, 5)),
+        "fc.b1": np.full(5, 0.1),
+        "fc.b2": np.full(5, 0.1),
+    }
+    return [
+        numpy_helper.from_array(
+            value.astype(np.int64 if name == "flat.shape" else np.float32), name
+        )
+        for name, value in arrays.items()
+    ]
+
+
+def conv_model(ir_version=3, opset=9, listed="all", seed=0):
+    """Return a Conv+BatchNormalization+Relu, Reshape, MatMul+Add model at an IR version.
+
+    listed says which initializers are also graph inputs: "all" (what IR < 4
+    requires), "some" (legal from IR 4: initializers a caller may override) or
+    "none". The head's bias is the sum of two equal initializers: from level
+    basic ONNX Runtime shares one for both, then folds the sum into a constant,
+    and (ORT 1.32) keeps the shared one listed as a graph input, without data.
+    """
+    weights = _weights(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "bn.scale", "bn.shift", "bn.mean", "bn.var"], ["n"]
+        ),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("Reshape", ["r", "flat.shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc.w"], ["m"]),
+        helper.make_node("Add", ["fc.b1", "fc.b2"], ["fc.b"]),
+        helper.make_node("Add", ["m", "fc.b"], ["y"]),
+    ]
+    chosen = {"all": weights, "some": weights[::3], "none": []}[listed]
+    extra = [helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)) for w in chosen]
+    graph = helper.make_graph(
+        nodes,
+        "foreign-conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE), *extra],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def old_opset_model(seed=0):
+    """Return an IR 3, opset 6 model: Conv, BatchNormalization-6 and Add-6 with broadcast."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "w": rng.normal(scale=0.3, size=(4, 3, 3, 3)),
+        "scale": rng.uniform(0.5, 1.5, size=4),
+        "shift": rng.normal(size=4),
+        "mean": rng.normal(scale=0.1, size=4),
+        "var": rng.uniform(0.5, 1.5, size=4),
+        "offset": rng.normal(size=(4, 1, 1)),
+    }
+    weights = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], is_test=1
+        ),
+        helper.make_node("Add", ["n", "offset"], ["y"], broadcast=1),
+    ]
+    listed = [helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)) for w in weights]
+    graph = helper.make_graph(
+        nodes,
+        "old-opset",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE), *listed],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    model.ir_version = 3
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def nothing_to_quantise_model():
+    """Return a float model of Abs, Neg and Reshape: no operator an INT8 quantiser takes."""
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Neg", ["a"], ["n"]),
+        helper.make_node("Reshape", ["n", "shape"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nothing-to-quantise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 192])],
+        [numpy_helper.from_array(np.array([1, -1], np.int64), "shape")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def calibration_npz(path, count=8, seed=0):
+    """Write an .npz of float32 inputs for the models here; return its path."""
+    inputs = np.random.default_rng(seed).normal(size=(count, *SHAPE[1:])).astype(np.float32)
+    np.savez(path, inputs=inputs)
+    return path
+
+
+def sample_input(seed=1):
+    """Return one input of the models here."""
+    return np.random.default_rng(seed).normal(size=SHAPE).astype(np.float32)
