@@ -194,7 +194,7 @@ def test_it_builds_only_the_ir_when_asked(build, tmp_path):
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"precision": "fp16"}, r"precision 'fp16' is not one of \['f32', 'bf16', 'int8'\]"),
+        ({"precision": "fp16"}, r"precision 'fp16' is not one of \['fp32', 'bf16', 'int8'\]"),
         ({"performance_hint": "latency"}, "performance_hint 'latency' is not one of"),
         ({"inference_precision_hint": "bf16"}, "unknown keys"),
         ({"device": ""}, "device must be a plugin name"),

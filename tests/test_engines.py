@@ -14,6 +14,7 @@ from deployhub.engines.models import Engine, TimingCache
 from deployhub.jobs.models import Job
 from tests.benchmark_results import record_run
 from tests.conftest import PASSWORD
+from workers.backends.base import digest
 
 FINGERPRINT = {
     "schema": 2,
@@ -60,7 +61,7 @@ def device_a(make_device, client):
     return device, token
 
 
-def build(client, job, token, data=ENGINE_BYTES, timing_cache=None):
+def build(client, job, token, data=ENGINE_BYTES, timing_cache=None, fingerprint=FINGERPRINT):
     """Play the worker's side of a compile job through the real API."""
     api(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
     uploads = {"engine": data, **({"timing_cache": timing_cache} if timing_cache else {})}
@@ -73,7 +74,7 @@ def build(client, job, token, data=ENGINE_BYTES, timing_cache=None):
     result = {
         "backend": "onnxruntime",
         "build_config": CONFIG,
-        "fingerprint": FINGERPRINT,
+        "fingerprint": fingerprint,
         "tool_versions": {"onnxruntime": "1.32.0"},
         "build_seconds": 0.5,
         "build_log": "ok",
@@ -309,3 +310,166 @@ def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
     assert "INT8 slower than FP32 (24.000 vs 18.000 ms)" in page
+
+
+# A CPU device with ONNX Runtime and OpenVINO, so auto mode tries both.
+CPU_FINGERPRINT = {**FINGERPRINT, "openvino": {"version": "2025.3.0"}}
+
+
+def compile_in_form(client, version, device_class, backend, build_config):
+    client.login(username="alice", password=PASSWORD)
+    return client.post(
+        f"/versions/{version.pk}/compile",
+        {
+            "device_class": device_class.pk,
+            "backend": backend,
+            "build_config": json.dumps(build_config),
+        },
+        follow=True,
+    )
+
+
+def compile_by_api(client, version, device_class, backend, build_config, headers):
+    body = {"device_class": device_class.slug, "backend": backend, "build_config": build_config}
+    return client.post(
+        f"/api/v1/versions/{version.pk}/engines",
+        json.dumps(body),
+        content_type="application/json",
+        **headers,
+    )
+
+
+def auto_build_of(version, device_class, user, backend):
+    """Start auto mode on the version; return its fp32 build of the backend."""
+    from deployhub.engines import auto
+    from deployhub.registry.uploads import create_dataset
+    from tests.conftest import ASSETS
+
+    with open(ASSETS / "validation.npz", "rb") as handle:
+        upload = SimpleUploadedFile("validation.npz", handle.read())
+    create_dataset(version, upload, user, kind="validation", name="validation")
+    run = auto.start(version, device_class, user)
+    return run.builds.get(backend=backend, precision="fp32")
+
+
+@pytest.mark.parametrize(
+    "backend, form_config, api_config",
+    [
+        ("onnxruntime", CONFIG, {"precision": "fp32"}),
+        ("openvino", {"device": "CPU", "precision": "f32", "performance_hint": "LATENCY"}, {}),
+    ],
+)
+def test_it_gives_the_form_the_api_and_auto_mode_one_engine_for_one_build(
+    client, version, device_class, alice, make_device, backend, form_config, api_config
+):
+    from tests.test_registry_api import token_for
+
+    _, token = make_device("a")
+    api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
+    compile_in_form(client, version, device_class, backend, form_config)
+    job = Job.objects.get(kind="compile")
+    build(client, job, token, fingerprint=CPU_FINGERPRINT)
+    engine = Engine.objects.get()
+
+    answer = compile_by_api(client, version, device_class, backend, api_config, token_for(alice))
+    auto_build = auto_build_of(version, device_class, alice, backend)
+
+    assert answer.status_code == 200 and answer.json()["reused"] is True
+    assert answer.json()["engine"]["id"] == engine.pk
+    assert auto_build.engine == engine and auto_build.compile_job is None
+    assert Job.objects.filter(kind="compile", params__backend=backend).count() == 1
+    assert Engine.objects.count() == 1
+
+
+def test_it_stores_an_engine_under_its_build_config_with_every_default_spelt_out(
+    client, version, device_class, alice, make_device
+):
+    _, token = make_device("a")
+    api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
+    compile_in_form(client, version, device_class, "openvino", {"precision": "f32"})
+    build(client, Job.objects.get(kind="compile"), token, fingerprint=CPU_FINGERPRINT)
+
+    engine = Engine.objects.get()
+    assert engine.build_config == {
+        "device": "CPU",
+        "precision": "fp32",
+        "performance_hint": "LATENCY",
+        "export_blob": True,
+    }
+    assert engine.config_digest == digest(engine.build_config)
+
+
+@pytest.mark.parametrize(
+    "backend, one, other",
+    [
+        ("onnxruntime", {}, {"optimization_level": "all", "provider": "CPUExecutionProvider"}),
+        ("onnxruntime", {"precision": "int8"}, {"precision": "int8", "calibration_samples": 100}),
+        ("openvino", {"precision": "f32"}, {"device": "CPU", "performance_hint": "LATENCY"}),
+        ("openvino", {"precision": "int8"}, {"precision": "int8", "preset": "performance"}),
+        ("tensorrt", {"precision": "fp16"}, {"workspace_mb": 4096, "calibration_samples": 512}),
+        ("tensorrt", {"precision": "int8"}, {"precision": "int8", "int8_mode": "calibration"}),
+        ("torch-aoti", {"device": "cpu"}, {"precision": "fp32", "max_autotune": False}),
+    ],
+)
+def test_it_spells_one_build_one_way_for_every_backend(backend, one, other):
+    from workers.backends.registry import BACKENDS
+
+    canonical = BACKENDS[backend].canonical_config(one)
+
+    assert BACKENDS[backend].canonical_config(other) == canonical
+    assert BACKENDS[backend].canonical_config(canonical) == canonical
+    BACKENDS[backend].check_config(canonical)  # the worker builds it as it stands
+
+
+def test_it_refuses_a_build_config_that_is_not_an_object_and_queues_nothing(
+    client, version, device_class, alice, device_a
+):
+    from tests.test_registry_api import token_for
+
+    answer = compile_by_api(client, version, device_class, "onnxruntime", [1], token_for(alice))
+
+    assert answer.status_code == 400 and "JSON object" in answer.json()["error"]
+    assert not Job.objects.exists()
+
+
+def test_it_keys_engines_stored_before_on_their_canonical_config(
+    version, device_class, alice, device_a
+):
+    import importlib
+
+    from django.apps import apps
+
+    from deployhub.engines.actions import key_for
+
+    migration = importlib.import_module(
+        "deployhub.engines.migrations.0005_canonical_engine_configs"
+    )
+    key, _ = key_for("openvino", {}, FINGERPRINT)
+
+    def stored(config, status="valid"):
+        return Engine.objects.create(
+            model_version=version,
+            device_class=device_class,
+            backend="openvino",
+            build_config=config,
+            config_digest=digest(config),
+            compat_key=key,
+            file="engines/test.zip",
+            sha256="0" * 64,
+            size=1,
+            signature="00",
+            status=status,
+        )
+
+    stale = stored({"precision": "f32", "device": "CPU"}, status="stale")
+    first = stored({"device": "CPU", "precision": "f32"} | {"performance_hint": "LATENCY"})
+    twin = stored({"precision": "f32"})
+
+    migration.canonicalise(apps, None)
+
+    first.refresh_from_db(), twin.refresh_from_db(), stale.refresh_from_db()
+    assert first.build_config["precision"] == "fp32"
+    assert first.config_digest == digest(first.build_config)
+    assert twin.config_digest == digest({"precision": "f32"})  # kept: first holds the key
+    assert stale.build_config == {"precision": "f32", "device": "CPU"}
+    assert request_compile(version, device_class, "openvino", {}, alice) == (first, None)

@@ -512,7 +512,8 @@ def run_compile(job_run, inputs):
     if "model" not in inputs:
         raise JobError("a compile job needs an input named 'model' (the ONNX model)")
     params = job_run.job.get("params") or {}
-    backend, build_config = registry.require(params.get("backend")), _build_config(params)
+    backend = registry.require(params.get("backend"))
+    build_config = backend.canonical_config(_build_config(params))
     fingerprint = job_run.current_fingerprint()
     source = onnx_model_path(inputs["model"], job_run.workdir / "model")
     built, seconds = _build(job_run, backend, build_config, source, inputs)

@@ -36,6 +36,24 @@ def key_for(backend, build_config, fingerprint):
     return compat_key(backend, fields), fields
 
 
+def canonical_config(backend, build_config):
+    """Return the build config as the backend builds it: every default filled, aliases resolved.
+
+    Its digest keys the engine store, so the compile form, the API and auto mode
+    asking for one build in different words get one engine.
+    """
+    if backend not in BACKENDS:
+        raise UnknownBackend(f"There is no backend named {backend!r}.")
+    if not isinstance(build_config, dict):
+        raise BuildRefused("The build config must be a JSON object.")
+    return BACKENDS[backend].canonical_config(build_config)
+
+
+def config_digest(backend, build_config):
+    """Return the digest the store keys a build on: the sha256 of its canonical config."""
+    return digest(canonical_config(backend, build_config))
+
+
 def compatibility(engine, fingerprint):
     """Return (runs, reason, differences) of an engine on a device with this fingerprint."""
     if not fingerprint:
@@ -63,7 +81,7 @@ def existing_engine(version, device_class, backend, build_config):
     return Engine.objects.filter(
         model_version=version,
         backend=backend,
-        config_digest=digest(build_config),
+        config_digest=config_digest(backend, build_config),
         compat_key=key,
         status=EngineStatus.VALID,
     ).first()
@@ -109,11 +127,14 @@ def request_compile(version, device_class, backend, build_config, user):
     if backend not in BACKENDS:
         raise UnknownBackend(f"There is no backend named {backend!r}.")
     check_source(version, backend)
+    if not isinstance(build_config, dict):
+        raise BuildRefused("The build config must be a JSON object.")
     build_config = with_contract(version, backend, build_config)
     try:
         BACKENDS[backend].check_config(build_config)
     except JobError as exc:
         raise BuildRefused(str(exc)) from exc
+    build_config = canonical_config(backend, build_config)
     if needs_calibration(backend, build_config) and not calibration_for(version, build_config):
         raise BuildRefused(
             f"An INT8 {backend} build calibrates on data: attach a calibration dataset to "
@@ -299,7 +320,8 @@ def _store_timing_cache(job, key, result):
 def record_engine(job, result):
     """Store the engine a compile job built; an identical engine already stored is kept."""
     params = job.params
-    backend, build_config = params["backend"], params.get("build_config") or {}
+    backend = params["backend"]
+    build_config = canonical_config(backend, params.get("build_config") or {})
     fingerprint = result.get("fingerprint") or job.device.fingerprint
     key, fields = key_for(backend, build_config, fingerprint)
     artifact = _artifact(job, "engine", result.get("artifact_sha256"))

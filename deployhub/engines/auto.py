@@ -24,26 +24,24 @@ from django.utils import timezone
 
 from deployhub.benchmarks.batches import batch_rule
 from deployhub.benchmarks.models import GateVerdict
-from deployhub.engines.actions import BuildRefused, request_compile, request_evaluation
+from deployhub.engines.actions import (
+    BuildRefused,
+    canonical_config,
+    request_compile,
+    request_evaluation,
+)
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
 from deployhub.engines.preflight import GRID, preflight
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind, JobState
+from workers.backends.registry import BACKENDS
 from workers.side_by_side import TIE_MARGIN
 
+# The builds auto mode tries, as each backend lists them: (backend, precision) -> build config.
 BUILD_CONFIGS = {
-    ("onnxruntime", "fp32"): {"optimization_level": "all", "provider": "CPUExecutionProvider"},
-    ("onnxruntime", "int8"): {
-        "optimization_level": "all",
-        "provider": "CPUExecutionProvider",
-        "precision": "int8",
-    },
-    ("openvino", "fp32"): {"device": "CPU", "precision": "f32"},
-    ("openvino", "bf16"): {"device": "CPU", "precision": "bf16"},
-    ("openvino", "int8"): {"device": "CPU", "precision": "int8"},
-    ("tensorrt", "fp16"): {"precision": "fp16"},
-    ("tensorrt", "int8"): {"precision": "int8"},
-    ("torch-aoti", "fp32"): {"device": "cpu", "precision": "fp32"},
+    (name, precision): config
+    for name, backend in BACKENDS.items()
+    for precision, config in backend.auto_builds.items()
 }
 # Measured by time, so a slow build is not measured for minutes and a fast one not for
 # milliseconds; the harness flags a run as unstable when its windows disagree.
@@ -104,7 +102,7 @@ def source_for(version, backend):
 
 
 def _add_build(run, backend, precision, user):
-    config = BUILD_CONFIGS[(backend, precision)]
+    config = canonical_config(backend, BUILD_CONFIGS[(backend, precision)])
     build = AutoBuild(auto_run=run, backend=backend, precision=precision, build_config=config)
     source = source_for(run.model_version, backend)
     [verdict] = preflight(source, run.device_class, [backend], precision)

@@ -5,12 +5,8 @@ from django import forms
 from deployhub.registry.forms import PrettyJSONField, team_classes
 from workers.backends.registry import BACKENDS
 
-DEFAULT_CONFIGS = {
-    "onnxruntime": {"optimization_level": "all", "provider": "CPUExecutionProvider"},
-    "openvino": {"device": "CPU", "precision": "f32", "performance_hint": "LATENCY"},
-    "tensorrt": {"precision": "fp16", "workspace_mb": 4096, "optimization_level": 3},
-    "torch-aoti": {"device": "cpu", "precision": "fp32"},
-}
+# The config the form offers for each backend: its defaults, spelt out as it builds them.
+DEFAULT_CONFIGS = {name: backend.canonical_config({}) for name, backend in BACKENDS.items()}
 
 
 class CompileForm(forms.Form):

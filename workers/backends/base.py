@@ -40,6 +40,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]  # the name jobs and engines use ("onnxruntime")
     runtime: ClassVar[str]  # the module that must import for the backend to run here
     extra: ClassVar[str]  # the pip extra that installs the runtime: deployhub[<extra>]
+    # The builds auto mode tries, by precision: {"fp32": {}, "int8": {"precision": "int8"}}.
+    auto_builds: ClassVar[dict[str, dict]] = {}
 
     @classmethod
     def available(cls):
@@ -55,6 +57,17 @@ class Backend(abc.ABC):
     def check_config(cls, build_config):
         """Raise JobError when the build config cannot be built; pure, for the hub too."""
         return None  # every config is accepted unless a backend knows better
+
+    @classmethod
+    def canonical_config(cls, build_config: dict) -> dict:
+        """Return the build config as this backend builds it: defaults filled, aliases resolved.
+
+        Two configs that build the same artifact give equal canonical configs, so
+        the engine store keys engines on this (its digest) and asking again for
+        the same build reuses the engine. Pure, for the hub too; keys the backend
+        does not know are kept, for check_config to refuse.
+        """
+        return dict(build_config or {})
 
     @abc.abstractmethod
     def compile(
@@ -91,6 +104,12 @@ def importable(module):
     except Exception:  # missing, or installed without its native libraries
         return False
     return True
+
+
+def with_defaults(build_config, defaults):
+    """Return build_config with each of defaults filled in where it is absent or null."""
+    config = dict(build_config or {})
+    return {**config, **{k: v for k, v in defaults.items() if config.get(k) is None}}
 
 
 def canonical(obj):

@@ -28,6 +28,7 @@ from workers.backends.base import (
     cpu_isa,
     gpu_compute_capability,
     tool_version,
+    with_defaults,
 )
 from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
 from workers.errors import JobError
@@ -85,6 +86,7 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     runtime = "onnxruntime"
     extra = "worker"
+    auto_builds = {"fp32": {}, "int8": {"precision": "int8"}}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -102,6 +104,19 @@ class OnnxRuntimeBackend(Backend):
         if provider in GPU_PROVIDERS:
             fields["compute_capability"] = gpu_compute_capability(fingerprint)
         return fields
+
+    @classmethod
+    def canonical_config(cls, build_config):
+        """Return the config with its provider, level and precision, and int8's settings."""
+        config = with_defaults(
+            build_config,
+            {
+                "provider": DEFAULT_PROVIDER,
+                "optimization_level": DEFAULT_LEVEL,
+                "precision": DEFAULT_PRECISION,
+            },
+        )
+        return with_defaults(config, INT8_DEFAULTS) if precision_of(config) == "int8" else config
 
     @classmethod
     def check_config(cls, build_config):

@@ -22,7 +22,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.backends.base import Backend, CompileResult, cpu_flags, cpu_isa, tool_version
+from workers.backends.base import (
+    Backend,
+    CompileResult,
+    cpu_flags,
+    cpu_isa,
+    tool_version,
+    with_defaults,
+)
 from workers.backends.graph_report import (
     NOTHING_QUANTISED,
     conv_groups,
@@ -33,7 +40,10 @@ from workers.errors import JobError
 
 DEFAULT_DEVICE = "CPU"
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-PRECISIONS = ("f32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "int8")
+# Other spellings a build config may use for a precision: OpenVINO's own name for fp32.
+PRECISION_ALIASES = {"f32": "fp32"}
+DEFAULT_HINT = "LATENCY"
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
 # Build config preset -> nncf.QuantizationPreset member.
 PRESETS = {"performance": "PERFORMANCE", "mixed": "MIXED"}
@@ -83,6 +93,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     runtime = "openvino"
     extra = "openvino"
+    auto_builds = {"fp32": {}, "bf16": {"precision": "bf16"}, "int8": {"precision": "int8"}}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -97,6 +108,21 @@ class OpenVinoBackend(Backend):
         return fields
 
     @classmethod
+    def canonical_config(cls, build_config):
+        """Return the config with device, precision (fp32 for f32), hint, blob, int8 settings."""
+        config = dict(build_config or {})
+        if config.get("precision") is not None:
+            config["precision"] = precision_of(config)
+        defaults = {
+            "device": device_of(config),
+            "precision": "fp32",
+            "performance_hint": DEFAULT_HINT,
+            "export_blob": device_of(config) == DEFAULT_DEVICE,
+        }
+        config = with_defaults(config, defaults)
+        return with_defaults(config, INT8_DEFAULTS) if precision_of(config) == "int8" else config
+
+    @classmethod
     def check_config(cls, build_config):
         """Refuse unknown keys and values, a blob off the CPU, INT8 settings on other builds."""
         config = build_config or {}
@@ -105,7 +131,7 @@ class OpenVinoBackend(Backend):
             raise JobError(
                 f"openvino build config has unknown keys {unknown}; known: {list(CONFIG_KEYS)}"
             )
-        _check_choice(config, "precision", PRECISIONS)
+        _check_choice({"precision": precision_of(config)}, "precision", PRECISIONS)
         _check_choice(config, "performance_hint", PERFORMANCE_HINTS)
         _check_device(config)
         _check_int8_settings(config)
@@ -187,8 +213,9 @@ def device_of(build_config):
 
 
 def precision_of(build_config):
-    """Return the precision a build config asks for: "f32", "bf16" or "int8"."""
-    return (build_config or {}).get("precision") or "f32"
+    """Return the precision a build config asks for: "fp32" (also spelt "f32"), "bf16", "int8"."""
+    precision = (build_config or {}).get("precision") or "fp32"
+    return PRECISION_ALIASES.get(precision, precision) if isinstance(precision, str) else precision
 
 
 def exports_blob(build_config):
@@ -207,7 +234,7 @@ def compile_properties(build_config):
     precision = precision_of(build_config)
     return {
         "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
-        "PERFORMANCE_HINT": (build_config or {}).get("performance_hint") or "LATENCY",
+        "PERFORMANCE_HINT": (build_config or {}).get("performance_hint") or DEFAULT_HINT,
     }
 
 

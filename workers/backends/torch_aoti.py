@@ -36,6 +36,7 @@ from workers.backends.base import (
     cuda_version,
     gpu_compute_capability,
     tool_version,
+    with_defaults,
 )
 from workers.errors import JobError
 
@@ -95,6 +96,7 @@ class TorchAotiBackend(Backend):
     name = "torch-aoti"
     runtime = "torch"
     extra = "torch"
+    auto_builds = {"fp32": {}}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -113,6 +115,12 @@ class TorchAotiBackend(Backend):
             fields["cpu_isa"] = cpu_isa(fingerprint)
             fields["cpu_extensions"] = cpu_extensions(cpu_flags(fingerprint))
         return fields
+
+    @classmethod
+    def canonical_config(cls, build_config):
+        """Return the config with its device, precision and max_autotune."""
+        defaults = {"device": DEFAULT_DEVICE, "precision": DEFAULT_PRECISION, "max_autotune": False}
+        return with_defaults(build_config, defaults)
 
     @classmethod
     def check_config(cls, build_config):
