@@ -53,6 +53,7 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
     runtime = "tensorrt"
     extra = "tensorrt"
+    auto_builds = {"fp16": {}, "int8": {"precision": "int8"}}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -70,6 +71,16 @@ class TensorRTBackend(Backend):
             cuda_version(fingerprint, "driver_api") or cuda_version(fingerprint, "runtime")
         )
         return fields
+
+    @classmethod
+    def canonical_config(cls, build_config):
+        """Return the config with every default filled in; calibration settings only where used."""
+        config = {**(build_config or {}), **plan.resolved(build_config)}
+        if config["precision"] != "int8":
+            del config["int8_mode"]
+        if not plan.needs_calibration(config):
+            del config["calibration_samples"]
+        return config
 
     @classmethod
     def check_config(cls, build_config):
