@@ -31,6 +31,8 @@ class BatchRule:
     def describe(self):
         if self.sizes:
             return "sizes " + ", ".join(map(str, self.sizes))
+        if self.high < self.low:
+            return "no batch size that every input takes"
         return f"{self.low} to {self.high}"
 
 
@@ -53,7 +55,8 @@ def batch_rule(version):
         elif "max" in batch:
             low, high = max(low, batch["min"]), min(high, batch["max"])
     if sizes is not None:
-        return BatchRule(sizes=tuple(sorted(s for s in sizes if low <= s <= high)))
+        kept = tuple(sorted(s for s in sizes if low <= s <= high))
+        return BatchRule(sizes=kept) if kept else BatchRule(low=1, high=0)  # allows none
     return BatchRule(low=low, high=high, constrained=bool(entries))
 
 

@@ -77,6 +77,11 @@ def start(version, device_class, user):
     """Create an auto run and ask for every build of the grid the preflight does not rule out."""
     if not version.is_onnx:
         raise AutoRefused("Auto mode builds from an ONNX version: use this .pt2's ONNX child.")
+    if not allowed_batches(version):
+        raise AutoRefused(
+            f"The input-shape contract of {version} allows no batch size that every input "
+            "takes: derive a version with a contract that does."
+        )
     dataset = evaluation_dataset(version)
     if dataset is None:
         raise AutoRefused(
@@ -124,18 +129,45 @@ def _add_build(run, backend, precision, user):
 
 
 def benchmark_params(version, device_class):
-    """Return how auto mode benchmarks a build for this class's serving pattern."""
-    if not device_class.is_batch:
-        return dict(REALTIME_BENCHMARK)
-    return {**BATCH_BENCHMARK, "batch_size": batch_for(version)}
+    """Return how auto mode benchmarks a build for this class's serving pattern.
+
+    The batch is one the version's contract allows; when it is not the class's own
+    (1 for real time, PREFERRED_BATCH for batch), "batch_note" says why.
+    """
+    if device_class.is_batch:
+        params = {**BATCH_BENCHMARK, "batch_size": batch_for(version)}
+    else:
+        params = {**REALTIME_BENCHMARK, "batch_size": realtime_batch(version)}
+    wanted = PREFERRED_BATCH if device_class.is_batch else 1
+    if params["batch_size"] != wanted:
+        params["batch_note"] = _batch_note(version, params["batch_size"])
+    return params
+
+
+def allowed_batches(version):
+    """Return the batch sizes the version's contract (and its fixed batch dims) allow."""
+    rule = batch_rule(version)
+    return rule.sizes or range(rule.low, rule.high + 1)
+
+
+def realtime_batch(version):
+    """Return the batch a real-time class's builds are measured at: 1, else the smallest allowed."""
+    allowed = allowed_batches(version)
+    return 1 if 1 in allowed else min(allowed)
 
 
 def batch_for(version):
     """Return the batch a batch class's builds are measured at: 8, or what the contract allows."""
-    rule = batch_rule(version)
-    allowed = rule.sizes or range(rule.low, rule.high + 1)
+    allowed = allowed_batches(version)
     below = [size for size in allowed if size <= PREFERRED_BATCH]
     return max(below) if below else min(allowed)
+
+
+def _batch_note(version, batch):
+    rule = batch_rule(version)
+    fixed = len(rule.sizes) == 1
+    why = "the contract fixes it" if fixed else f"the contract allows {rule.describe()}"
+    return f"measured at batch {batch}: {why}"
 
 
 def _measure(build, user):
