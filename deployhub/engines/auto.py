@@ -366,9 +366,18 @@ def _judge(run):
 
 
 def _eligible(measured):
-    """Return the builds a recommendation may name: within tolerance, meeting the gate if any do."""
-    within = [b for b in measured if b.within_tolerance]
+    """Return the builds a recommendation may name: within tolerance, meeting the gate if any do.
+
+    An int8 build that quantised nothing runs in float like the fp32 build: it
+    is never presented as an INT8 speed-up, so it is left out (its row says why).
+    """
+    within = [b for b in measured if b.within_tolerance and not quantised_nothing(b)]
     return [b for b in within if b.meets_budget] or within
+
+
+def quantised_nothing(build):
+    """Return True when the build's engine is labelled int8 but quantised nothing."""
+    return build.engine is not None and build.engine.quantised_nothing
 
 
 def _decisive_ms(build):

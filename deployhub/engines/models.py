@@ -98,6 +98,14 @@ class Engine(models.Model):
 
         return sum(gate.status in GateStatus.OPEN for gate in self.release_gates)
 
+    @property
+    def quantised_nothing(self):
+        """True for an int8 build whose graph has no quantised node: it runs in float, as fp32.
+
+        Builds record "quantized_nodes" in their graph report (workers/backends/graph_report.py).
+        """
+        return (self.graph_report or {}).get("quantized_nodes") == 0
+
     @cached_property
     def accuracy_flags(self):
         """Say why the engine is not to be trusted, one reason each; [] when nothing is wrong.
