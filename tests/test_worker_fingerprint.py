@@ -50,6 +50,7 @@ def test_it_collects_the_documented_fields():
         "openvino",
         "torch",
         "cudnn",
+        "capabilities",
     }
     assert set(collected["os"]) == {"system", "release", "machine"}
     assert set(collected["cpu"]) == {"model", "count", "flags", "isa_level"}
@@ -112,6 +113,51 @@ def test_it_asks_a_child_python_about_torch_and_keeps_torch_out_of_the_worker():
         "cuda": torch.version.cuda,
         "cudnn": fingerprint._cudnn_version(torch),
     }
+
+
+def test_it_reports_which_builds_import_what_they_need_here():
+    # The test install carries every CPU backend with its quantisers, as `make run`'s does.
+    assert fingerprint.collect()["capabilities"] == {
+        "onnxruntime": {"int8": {"ok": True}, "fp16": {"ok": True}},
+        "openvino": {"int8": {"ok": True}},
+    }
+
+
+def test_it_says_which_module_a_build_misses_and_what_installs_it():
+    # A child Python in which sympy and nncf cannot be imported, as in an install without them.
+    code = "import sys; sys.modules['sympy'] = sys.modules['nncf'] = None\n"
+
+    completed = subprocess.run(
+        [sys.executable, "-c", code + fingerprint.CAPABILITIES_PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert json.loads(completed.stdout) == {
+        "onnxruntime": {
+            "int8": {"ok": False, "reason": "sympy is missing: pip install deployhub[worker]"},
+            "fp16": {"ok": True},
+        },
+        "openvino": {
+            "int8": {"ok": False, "reason": "nncf is missing: pip install deployhub[openvino]"}
+        },
+    }, completed.stderr
+
+
+def test_it_probes_builds_in_a_child_and_keeps_quantisers_out_of_the_worker():
+    code = (
+        "import sys, workers.fingerprint as f; f.collect(); f.collect(); "
+        "print('sympy' in sys.modules, 'nncf' in sys.modules, "
+        "f._capabilities_in_child.cache_info().misses)"
+    )
+
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+
+    assert completed.stdout.split() == ["False", "False", "1"], completed.stderr
 
 
 class FakeNvml(types.SimpleNamespace):
@@ -451,6 +497,10 @@ def _changed(**changes):
         (_changed(memory_mb=515000), ["memory (MB) 257000 → 515000"]),
         (_changed(os={"release": "6.11.0"}), ["OS release 6.8.0 → 6.11.0"]),
         (_changed(rack="b2"), ["rack unknown → b2"]),
+        (
+            _changed(capabilities={"onnxruntime": {"int8": {"ok": True}}}),
+            ["onnxruntime int8 builds: unknown → possible"],
+        ),
     ],
 )
 def test_it_describes_what_changed_for_people(after, lines):
@@ -494,3 +544,14 @@ def test_importing_openvino_does_not_change_the_fingerprint():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_it_describes_builds_that_became_impossible_and_why():
+    before = _changed(capabilities={"onnxruntime": {"int8": {"ok": True}, "fp16": {"ok": True}}})
+    lost = {"ok": False, "reason": "sympy is missing: pip install deployhub[worker]"}
+    after = _changed(capabilities={"onnxruntime": {"int8": lost, "fp16": {"ok": True}}})
+
+    assert fingerprint.diff(before, after) == [
+        "onnxruntime int8 builds: possible → impossible "
+        "(sympy is missing: pip install deployhub[worker])"
+    ]

@@ -56,6 +56,15 @@ except Exception:
     cudnn = None
 print(json.dumps({"cuda": torch.version.cuda, "cudnn": cudnn}))
 """
+CAPABILITIES_PROBE_SECONDS = 120
+# Run by a child Python: prints, per backend, which builds import what they need, as JSON.
+CAPABILITIES_PROBE = """
+import json
+from workers.backends.registry import BACKENDS
+print(json.dumps({name: b.capabilities() for name, b in BACKENDS.items() if b.build_imports}))
+"""
+# The folder `workers` is imported from, so the child finds it wherever this process runs.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def collect():
@@ -77,6 +86,7 @@ def collect():
         "openvino": _openvino(),
         "torch": torch,
         "cudnn": None if torch is None or torch["cudnn"] is None else {"version": torch["cudnn"]},
+        "capabilities": _capabilities_in_child(),
     }
 
 
@@ -335,6 +345,30 @@ def _torch_build_in_child():
         return {"cuda": None, "cudnn": None}  # installed but broken: unknown
 
 
+@cache
+def _capabilities_in_child():
+    """Ask a child Python which builds of each backend import what they need; once per process.
+
+    {"onnxruntime": {"int8": {"ok": false, "reason": "sympy is missing: pip install ..."}}}:
+    the hub's preflight reads it, as it cannot import anything on the device.
+    The imports are real (a package name proves little) and heavy (sympy,
+    NNCF, and torch where installed), so they stay out of the worker's process,
+    whose memory benchmarks measure. None when the child cannot say.
+    """
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-c", CAPABILITIES_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=CAPABILITIES_PROBE_SECONDS,
+            cwd=PACKAGE_ROOT,
+        )
+        capabilities = json.loads(completed.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+    return capabilities if isinstance(capabilities, dict) else None
+
+
 def _cudnn_version(torch):
     """Return torch's cuDNN version as "major.minor.patch", or None without cuDNN."""
     try:
@@ -411,6 +445,7 @@ KEY_ORDER = (
     "nvidia_driver",
     "cuda",
     *TOOLCHAINS,
+    "capabilities",
 )
 
 
@@ -472,6 +507,31 @@ def _describe_gpu(index, before, after):
             f"(UUID {_show(before.get('uuid'))} → {_show(after.get('uuid'))})"
         )
     return lines + _describe_dict(f"GPU {index}", before, after, skip=("index", "name", "uuid"))
+
+
+def _describe_capabilities(key, before, after):
+    """Describe builds that became possible or impossible: "onnxruntime int8 builds: ... → ..."."""
+    before, after = _nested(before), _nested(after)
+    lines = []
+    for backend in list(before) + [name for name in after if name not in before]:
+        old, new = _nested(before.get(backend)), _nested(after.get(backend))
+        for precision in list(old) + [name for name in new if name not in old]:
+            was, now = _capability_text(old.get(precision)), _capability_text(new.get(precision))
+            if was != now:
+                lines.append(f"{backend} {precision} builds: {was} → {now}")
+    return lines
+
+
+def _nested(value):
+    """Return value when it is a dict, else an empty one (an unknown section)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _capability_text(capability):
+    """Return "possible", "impossible (why)" or "unknown" for one capability entry."""
+    if not isinstance(capability, dict) or "ok" not in capability:
+        return "unknown"
+    return "possible" if capability["ok"] else f"impossible ({capability.get('reason')})"
 
 
 def _describe_other(key, before, after):
@@ -549,4 +609,5 @@ _DESCRIBERS = {
     "gpus": _describe_gpus,
     "nvidia_driver": _describe_toolchain,
     **dict.fromkeys(TOOLCHAINS, _describe_toolchain),
+    "capabilities": _describe_capabilities,
 }

@@ -7,6 +7,7 @@ contract, and the fingerprints of the class's devices. Answers in milliseconds.
 from dataclasses import dataclass, field
 
 from workers.backends.base import cpu_isa
+from workers.backends.registry import BACKENDS
 
 # The newest default-domain opset each backend's ONNX importer is known to take.
 MAX_OPSET = {"onnxruntime": 23, "openvino": 22, "tensorrt": 22}
@@ -17,18 +18,6 @@ UNSUPPORTED = {
     "tensorrt": {"Unique", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch", "StringSplit"},
     "openvino": {"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"},
     "onnxruntime": set(),
-}
-RUNTIME_FIELD = {
-    "onnxruntime": "onnxruntime",
-    "openvino": "openvino",
-    "tensorrt": "tensorrt",
-    "torch-aoti": "torch",
-}
-EXTRAS = {
-    "onnxruntime": "worker",
-    "openvino": "openvino",
-    "tensorrt": "tensorrt",
-    "torch-aoti": "torch",
 }
 
 
@@ -49,14 +38,43 @@ def _flags(fingerprint):
     return set(((fingerprint or {}).get("cpu") or {}).get("flags") or [])
 
 
-def _check_runtime(verdict, fingerprints):
-    field_name = RUNTIME_FIELD[verdict.backend]
+def _check_runtime(verdict, fingerprints, precision):
+    """Fail a build no device of the class can make: no runtime, or the build's imports fail."""
+    backend = BACKENDS[verdict.backend]
     if not fingerprints:
         verdict.fails.append("no device of the class has reported a fingerprint yet")
-    elif not any(fp.get(field_name) for fp in fingerprints):
+        return
+    with_runtime = [fp for fp in fingerprints if fp.get(backend.runtime)]
+    if not with_runtime:
         verdict.fails.append(
-            f"no device of the class has {field_name}: install deployhub[{EXTRAS[verdict.backend]}]"
+            f"no device of the class has {backend.runtime}: install deployhub[{backend.extra}]"
         )
+    elif precision in backend.build_imports:
+        _check_capability(verdict, with_runtime, precision)
+
+
+def _check_capability(verdict, fingerprints, precision):
+    """Fail a precision whose build, every device says, cannot import what it needs.
+
+    A device that does not say (a worker from before capabilities were
+    reported) might make the build, so it does not fail it.
+    """
+    reports = [_capability(fp, verdict.backend, precision) for fp in fingerprints]
+    if any(report is None or report["ok"] for report in reports):
+        return
+    reasons = sorted({str(report.get("reason") or "its imports fail") for report in reports})
+    verdict.fails.append(
+        f"no device of the class can build {precision} with {verdict.backend}: "
+        + "; ".join(reasons)
+    )
+
+
+def _capability(fingerprint, backend, precision):
+    """Return a device's report on a build ({"ok": bool, "reason": ...}), None if it says none."""
+    report = fingerprint.get("capabilities")
+    for key in (backend, precision):
+        report = report.get(key) if isinstance(report, dict) else None
+    return report if isinstance(report, dict) and "ok" in report else None
 
 
 def _check_graph(verdict, version):
@@ -116,7 +134,7 @@ def preflight(version, device_class, backends, precision="fp32"):
     verdicts = []
     for backend in backends:
         verdict = Verdict(backend)
-        _check_runtime(verdict, fingerprints)
+        _check_runtime(verdict, fingerprints, precision)
         _check_graph(verdict, version)
         _check_shapes(verdict, version)
         _check_hardware(verdict, fingerprints, precision)

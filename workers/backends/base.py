@@ -42,11 +42,26 @@ class Backend(abc.ABC):
     extra: ClassVar[str]  # the pip extra that installs the runtime: deployhub[<extra>]
     # The builds auto mode tries, by precision: {"fp32": {}, "int8": {"precision": "int8"}}.
     auto_builds: ClassVar[dict[str, dict]] = {}
+    # Precisions whose builds import more than the runtime, and the modules they import.
+    build_imports: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     @classmethod
     def available(cls):
         """Return True when this backend's runtime imports on this machine."""
         return importable(cls.runtime)
+
+    @classmethod
+    def capabilities(cls):
+        """Return {precision: {"ok": True} or {"ok": False, "reason": why}} for build_imports.
+
+        Each module is really imported (once per process): an installed package
+        can still fail to import what it needs, as ONNX Runtime's quantisation
+        does without sympy. The imports are heavy, so the fingerprint asks a child.
+        """
+        return {
+            precision: _capability(cls.extra, modules)
+            for precision, modules in cls.build_imports.items()
+        }
 
     @classmethod
     @abc.abstractmethod
@@ -104,6 +119,34 @@ def importable(module):
     except Exception:  # missing, or installed without its native libraries
         return False
     return True
+
+
+@cache
+def import_problem(module):
+    """Return why a module does not import here ("sympy is missing"), None when it does; once."""
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # missing, or installed without what it needs
+        missing = _missing_module(error)
+        return f"{missing} is missing" if missing else f"{module} does not import ({error})"
+    return None
+
+
+def _missing_module(error):
+    """Return the name of the module whose absence caused error (walking its chain), or None."""
+    while error is not None:
+        if isinstance(error, ModuleNotFoundError) and error.name:
+            return error.name
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _capability(extra, modules):
+    """Return {"ok": True} when every module imports, else the first problem and its remedy."""
+    problem = next(filter(None, map(import_problem, modules)), None)
+    if problem is None:
+        return {"ok": True}
+    return {"ok": False, "reason": f"{problem}: pip install deployhub[{extra}]"}
 
 
 def with_defaults(build_config, defaults):

@@ -87,6 +87,15 @@ class OnnxRuntimeBackend(Backend):
     runtime = "onnxruntime"
     extra = "worker"
     auto_builds = {"fp32": {}, "int8": {"precision": "int8"}}
+    # int8: quantize_static after quant_pre_process, whose symbolic shape inference needs sympy.
+    build_imports = {
+        "int8": (
+            "onnxruntime.quantization",
+            "onnxruntime.quantization.shape_inference",
+            "onnxruntime.tools.symbolic_shape_infer",
+        ),
+        "fp16": ("onnxruntime.transformers.float16",),
+    }
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):

@@ -94,6 +94,8 @@ class OpenVinoBackend(Backend):
     runtime = "openvino"
     extra = "openvino"
     auto_builds = {"fp32": {}, "bf16": {"precision": "bf16"}, "int8": {"precision": "int8"}}
+    # int8: NNCF's post-training quantisation of the converted model.
+    build_imports = {"int8": ("nncf", "nncf.openvino.quantization.quantize_model")}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
