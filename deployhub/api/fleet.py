@@ -67,7 +67,7 @@ def _compile_answer(engine, job):
 def _json_body(request):
     try:
         body = json.loads(request.body or b"{}")
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"The body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise BadInput("The body must be a JSON object.")

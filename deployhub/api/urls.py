@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployhub.api import fleet, registry, results, views
+from deployhub.api import fleet, pipelines, registry, results, views
 from deployhub.parity import api as parity
 
 urlpatterns = [
@@ -33,4 +33,8 @@ urlpatterns = [
     ),
     path("models/<int:pk>/report", results.model_report, name="api_model_report"),
     path("versions/<int:pk>/parity", parity.version_parity, name="api_version_parity"),
+    path("versions/<int:pk>/auto", pipelines.version_auto, name="api_version_auto"),
+    path("auto-runs/<int:pk>", pipelines.auto_run_detail, name="api_auto_run"),
+    path("jobs/<int:pk>", pipelines.job_detail, name="api_job"),
+    path("device-classes", pipelines.device_classes, name="api_device_classes"),
 ]

@@ -1,0 +1,261 @@
+"""API v1 for pipelines: start auto mode, follow its run and its jobs, list device classes.
+
+People's API tokens and the team rules of the rest of /api/v1/: another team's
+objects are 404, a viewer reads but does not start auto mode. GET jobs/<id> is
+for people; the device protocol under jobs/<id>/ (claim, heartbeat, ...) is not.
+"""
+
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from deployhub.api.fleet import _json_body
+from deployhub.api.registry import BadInput, token_required
+from deployhub.benchmarks.exports import ACCURACY_COPIED
+from deployhub.devices.models import DeviceClass
+from deployhub.engines import auto
+from deployhub.engines.models import AutoRun
+from deployhub.jobs.models import Job, JobState
+from deployhub.registry.models import ModelVersion
+from deployhub.teams.access import require_role, teams_of
+from deployhub.teams.models import Role
+
+LOG_TAIL_LINES = 50
+AUTO_PARAMS = ("device_class",)
+
+
+def _absolute(request, name, pk):
+    return request.build_absolute_uri(reverse(name, args=[pk]))
+
+
+def _time(value):
+    return value.isoformat() if value else None
+
+
+@require_http_methods(["POST"])
+@token_required
+def version_auto(request, pk):
+    """Body {"device_class": "<slug>"}: start auto mode on the version; 202 with the run."""
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    require_role(request.user, version.team, Role.ENGINEER)
+    device_class = _device_class_of(version, _json_body(request))
+    try:
+        run = auto.start(version, device_class, request.user)
+    except auto.AutoRefused as exc:
+        raise BadInput(str(exc)) from exc
+    url = _absolute(request, "api_auto_run", run.pk)
+    body = {"id": run.pk, "state": run.state, "url": url, "page": run.get_absolute_url()}
+    response = JsonResponse({"auto_run": body}, status=202)
+    response["Location"] = url
+    return response
+
+
+def _device_class_of(version, body):
+    """Return the version's team's class the body names by slug; raise BadInput otherwise."""
+    unknown = sorted(set(body) - set(AUTO_PARAMS))
+    if unknown:
+        raise BadInput(f"Unknown parameter {unknown[0]!r}; known: {', '.join(AUTO_PARAMS)}.")
+    slug = body.get("device_class")
+    if not isinstance(slug, str) or not slug:
+        raise BadInput('Say which device class to run on: {"device_class": "<slug>"}.')
+    device_class = version.team.device_classes.filter(slug=slug).first()
+    if device_class is None:
+        known = ", ".join(version.team.device_classes.values_list("slug", flat=True)) or "none"
+        raise BadInput(f"{version.team} has no device class {slug!r}; it has: {known}.")
+    return device_class
+
+
+@require_http_methods(["GET"])
+@token_required
+def auto_run_detail(request, pk):
+    """The run's state, every build with its jobs and figures, and the recommended build."""
+    runs = AutoRun.objects.select_related("model_version", "device_class", "dataset", "created_by")
+    run = get_object_or_404(runs, pk=pk, device_class__team__in=teams_of(request.user))
+    return JsonResponse(auto_run_json(request, run))
+
+
+def auto_run_json(request, run):
+    builds = run.builds.select_related(
+        "engine", "compile_job", "benchmark_job__benchmark", "evaluate_job__accuracy"
+    )
+    return {
+        "id": run.pk,
+        "url": _absolute(request, "api_auto_run", run.pk),
+        "page": run.get_absolute_url(),
+        "model_version": run.model_version_id,
+        "device_class": run.device_class.slug,
+        "dataset": {"id": run.dataset_id, "name": run.dataset.name} if run.dataset else None,
+        "state": run.state,
+        "summary": run.summary,
+        "builds": [build_json(build) for build in builds],
+        "recommended": _recommended(run),
+        "compare_job": run.compare_job_id,
+        "created_by": run.created_by.username if run.created_by else None,
+        "created_at": _time(run.created_at),
+        "finished_at": _time(run.finished_at),
+    }
+
+
+def build_state(build):
+    """Return where a build stands: skipped, failed, done (measured) or running."""
+    if build.skipped:
+        return "skipped"
+    if build.error:
+        return "failed"
+    return "done" if build.finished else "running"
+
+
+def build_json(build):
+    failed = _failed_job(build)
+    return {
+        "id": build.pk,
+        "backend": build.backend,
+        "precision": build.precision,
+        "build_config": build.build_config,
+        "state": build_state(build),
+        "skipped": build.skipped or None,
+        "failure": {
+            "job": failed.pk if failed else None,
+            "category": failed.failure_category if failed else None,
+            "message": build.error,
+        }
+        if build.error
+        else None,
+        "jobs": {
+            "compile": build.compile_job_id,
+            "benchmark": build.benchmark_job_id,
+            "evaluate": build.evaluate_job_id,
+        },
+        "engine": build.engine_id,
+        "benchmark": _benchmark_json(build.benchmark),
+        "accuracy": _accuracy_json(build.accuracy, build.golden),
+        "side_by_side_ms": build.side_by_side_ms,
+        "meets_budget": build.meets_budget,
+        "within_tolerance": build.within_tolerance,
+        "pareto": build.pareto,
+    }
+
+
+def _failed_job(build):
+    """Return the first of the build's jobs that ended without success, if any."""
+    jobs = (build.compile_job, build.benchmark_job, build.evaluate_job)
+    ended = [job for job in jobs if job is not None and job.is_final]
+    return next((job for job in ended if job.state != JobState.SUCCEEDED), None)
+
+
+def _benchmark_json(run):
+    if run is None:
+        return None
+    gate = run.gate()
+    return {
+        "id": run.pk,
+        "scenario": run.scenario,
+        "batch_size": run.batch_size,
+        "p50_ms": run.latency_p50_ms,
+        "p99_ms": run.latency_p99_ms,
+        "throughput_ips": run.gate_throughput_ips,
+        "stable": run.stable,
+        "gate": {"verdict": gate.verdict, "reason": gate.reason},
+    }
+
+
+def _accuracy_json(run, golden):
+    if run is None:
+        return None
+    return {
+        "id": run.pk,
+        **{field: getattr(run, field) for field in ACCURACY_COPIED},
+        "top1_drop_points": run.metric_drop_points,
+        "within_tolerance": run.within_tolerance,
+        "golden_passed": golden.passed if golden else None,
+    }
+
+
+def _recommended(run):
+    """Return the recommended build's engine and why it won, or None."""
+    best = run.recommended
+    if best is None:
+        return None
+    return {
+        "build": best.pk,
+        "engine": best.engine_id,
+        "backend": best.backend,
+        "precision": best.precision,
+        "reason": recommendation_reason(best),
+    }
+
+
+def recommendation_reason(build):
+    """Say why auto mode named this build, gate and side-by-side run included."""
+    speed = "timed side by side" if build.side_by_side_ms is not None else "measured"
+    gate = {
+        True: "meets the class's gate",
+        False: "misses the class's gate, as every build within tolerance does",
+    }.get(build.meets_budget, "was not judged by the class's gate (unstable or unjudgeable run)")
+    return f"The fastest build {speed} within the accuracy tolerance; it {gate}."
+
+
+@require_http_methods(["GET"])
+@token_required
+def job_detail(request, pk):
+    """A job's kind, state, progress, failure, log tail, timestamps and what it ran on."""
+    queryset = Job.objects.select_related("model_version", "device_class", "device")
+    job = get_object_or_404(queryset, pk=pk, team__in=teams_of(request.user))
+    return JsonResponse(job_json(request, job))
+
+
+def job_json(request, job):
+    version, engine = job.model_version_id, job.engine_id
+    return {
+        "id": job.pk,
+        "kind": job.kind,
+        "state": job.state,
+        "progress": job.progress,
+        "message": job.message,
+        "attempt": job.attempt,
+        "failure_category": job.failure_category,
+        "error": job.error,
+        "log_tail": "".join(job.log.splitlines(keepends=True)[-LOG_TAIL_LINES:]),
+        "page": request.build_absolute_uri(job.get_absolute_url()),
+        "params": job.params,
+        "device_class": job.device_class.slug,
+        "device": job.device.name if job.device else None,
+        "model_version": version,
+        "model_version_url": _absolute(request, "api_version", version) if version else None,
+        "engine": engine,
+        "engine_url": _absolute(request, "api_engine", engine) if engine else None,
+        "created_at": _time(job.created_at),
+        "sent_at": _time(job.sent_at),
+        "started_at": _time(job.started_at),
+        "finished_at": _time(job.finished_at),
+    }
+
+
+@require_http_methods(["GET"])
+@token_required
+def device_classes(request):
+    """The device classes of the caller's teams: serving pattern, budget, backends, devices."""
+    classes = DeviceClass.objects.filter(team__in=teams_of(request.user)).select_related("team")
+    return JsonResponse({"device_classes": [device_class_json(c) for c in classes]})
+
+
+def device_class_json(device_class):
+    return {
+        "id": device_class.pk,
+        "slug": device_class.slug,
+        "name": device_class.name,
+        "team": device_class.team.slug,
+        "serving_pattern": device_class.serving_pattern,
+        "budget": {
+            "frame_budget_ms": device_class.frame_budget_ms,
+            "fps": device_class.budget_fps,
+            "throughput_target_ips": device_class.throughput_target_ips,
+            "batch_latency_ceiling_ms": device_class.batch_latency_ceiling_ms,
+            "gate": device_class.gate_rule,
+        },
+        "memory_limit_mb": device_class.memory_limit_mb,
+        "accuracy_tolerance_points": device_class.accuracy_tolerance,
+        "backends": device_class.backends,
+        "online_devices": [device.name for device in device_class.online_devices()],
+    }
