@@ -1,9 +1,11 @@
-"""Start the whole product on one machine: hub, hub worker with the reaper, one local CPU worker."""
+"""Start the whole product on one machine: web server, hub worker, beat, one local CPU worker.
 
-import ctypes
+Each runs as a supervised child (deployhub/embedded.py): one that crashes is
+restarted with backoff while the others keep serving.
+"""
+
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -14,16 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deployhub.demo.management.commands.seed_demo import LOCAL_CLASS, LOCAL_DEVICE, demo_password
 from deployhub.devices.models import Device
-
-
-def die_with_parent():
-    """Ask Linux to stop this child when run_embedded dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-PR_SET_PDEATHSIG = 1
+from deployhub.embedded import Child, Supervisor, describe_exit
 
 
 def rotate_local_token():
@@ -35,7 +28,7 @@ def rotate_local_token():
 
 
 class Command(BaseCommand):
-    help = "Run DeployHub embedded: web server, hub worker (reaper) and a local CPU worker."
+    help = "Run DeployHub embedded: web server, hub worker, beat and a local CPU worker."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("DEPLOYHUB_HOST", "127.0.0.1"))
@@ -47,92 +40,61 @@ class Command(BaseCommand):
         if not no_seed:
             call_command("seed_demo")
         url = f"http://{host}:{port}"
-        self.processes = self.start(url, host, port, rotate_local_token())
+        self.log_dir = settings.VAR_DIR / "logs"
+        self.log_dir.mkdir(exist_ok=True)
+        self.supervisor = Supervisor(self.children(url, host, port, rotate_local_token()), self.say)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
+            self.supervisor.start()
             self.wait_ready(url)
             self.announce(url)
-            self.supervise()
+            self.supervisor.run()
         except KeyboardInterrupt:
             pass
         finally:
             self.stop()
 
-    def start(self, url, host, port, token):
-        python = sys.executable
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        broker = settings.CELERY_BROKER_URL
-        commands = {
-            "web": [
-                python,
-                "-m",
-                "gunicorn",
-                "deployhub.wsgi",
-                "--bind",
-                f"{host}:{port}",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--access-logfile",
-                "-",
-                "--log-level",
-                "warning",
-            ],
-            "hub-worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "deployhub",
-                "worker",
-                "--beat",
-                "-Q",
-                "hub",
-                "-P",
-                "solo",
-                "-l",
-                "WARNING",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                "hub@%h",
-            ],
-            "local-worker": [
-                python,
-                "-m",
-                "workers",
-                "run",
-                "--hub",
-                url,
-                "--token",
-                token,
-                "--broker",
-                broker,
-            ],
-        }
-        self.log_dir = settings.VAR_DIR / "logs"
-        self.log_dir.mkdir(exist_ok=True)
-        return {name: self.spawn(name, cmd, env) for name, cmd in commands.items()}
+    def children(self, url, host, port, token):
+        """Return the supervised children.
 
-    def spawn(self, name, command, env):
-        """Start one process with its output in var/logs/<name>.log; it dies with us."""
-        with open(self.log_dir / f"{name}.log", "ab") as log:
-            return subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
-            )
+        Beat runs as a child of its own, not inside the hub worker (`--beat`): a
+        hub worker's crash then never leaves a scheduler behind to double up.
+        """
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        commands = {
+            "web": ["gunicorn", "deployhub.wsgi", "--bind", f"{host}:{port}"]
+            + ["--workers", "2", "--threads", "4", "--access-logfile", "-"]
+            + ["--log-level", "warning"],
+            "hub-worker": ["celery", "-A", "deployhub", "worker", "-Q", "hub", "-P", "solo"]
+            + ["-l", "WARNING", "-n", "hub@%h"]
+            + ["--without-gossip", "--without-mingle", "--without-heartbeat"],
+            "hub-beat": ["celery", "-A", "deployhub", "beat", "-l", "WARNING"],
+            "local-worker": ["workers", "run", "--hub", url, "--token", token]
+            + ["--broker", settings.CELERY_BROKER_URL],
+        }
+        return [
+            Child(name, [sys.executable, "-m", *command], env, self.log_dir / f"{name}.log")
+            for name, command in commands.items()
+        ]
 
     def wait_ready(self, url, timeout=60):
+        """Wait for /healthz; a child dying before the hub answers is fatal (a port in use, say)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.check_alive()
+            self.refuse_early_exit()
             try:
                 with urllib.request.urlopen(f"{url}/healthz", timeout=2):
                     return
             except OSError:
                 time.sleep(0.3)
         raise CommandError(f"The hub did not answer on {url}/healthz within {timeout} s.")
+
+    def refuse_early_exit(self):
+        for child in self.supervisor.crashed():
+            raise CommandError(
+                f"The {child.name} process {describe_exit(child.process.returncode)}. "
+                f"The end of {child.log_path}:\n{child.log_tail(60)}"
+            )
 
     def announce(self, url):
         self.stdout.write(
@@ -145,26 +107,14 @@ class Command(BaseCommand):
             )
         )
 
-    def check_alive(self):
-        for name, process in self.processes.items():
-            if process.poll() is not None:
-                tail = (self.log_dir / f"{name}.log").read_text(errors="replace")[-3000:]
-                raise CommandError(
-                    f"The {name} process exited with code {process.returncode}. "
-                    f"The end of {self.log_dir / (name + '.log')}:\n{tail}"
-                )
-
-    def supervise(self):
-        while True:
-            self.check_alive()
-            time.sleep(1)
+    def say(self, line, loud=False):
+        """Report a crash or a restart in one timestamped line (a loud one in red)."""
+        line = f"[{time.strftime('%H:%M:%S')}] {line}"
+        self.stdout.write(self.style.ERROR(line) if loud else self.style.WARNING(line))
+        self.stdout.flush()
 
     def stop(self):
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        """Stop every child's group; a second Ctrl-C meanwhile does not cut that short."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.supervisor.stop()
