@@ -80,12 +80,18 @@ def png_declaring(width, height):
 
 def load_zip(path, workdir, *, require_labels=True, **limits):
     return load_image_zip(
-        path, SPEC, require_labels=require_labels, workdir=workdir, max_bytes=10 * MB, **limits
+        path,
+        SPEC,
+        require_labels=require_labels,
+        workdir=workdir,
+        max_bytes=10 * MB,
+        input_name="image",
+        **limits,
     )
 
 
 def test_the_demo_validation_set_loads_and_fits_the_default_contract(model_inputs, contract):
-    arrays = load_npz(ASSETS / "validation.npz", require_labels=True)
+    arrays = load_npz(ASSETS / "validation.npz", ["image"], require_labels=True)
 
     check_against_contract(arrays["inputs"], model_inputs, contract)
     assert describe(arrays) == {
@@ -98,7 +104,7 @@ def test_the_demo_validation_set_loads_and_fits_the_default_contract(model_input
 
 
 def test_the_demo_calibration_set_loads_without_labels(model_inputs, contract):
-    arrays = load_npz(ASSETS / "calibration.npz", require_labels=False)
+    arrays = load_npz(ASSETS / "calibration.npz", ["image"], require_labels=False)
 
     check_against_contract(arrays["inputs"], model_inputs, contract)
     assert arrays["labels"] is None
@@ -148,7 +154,7 @@ def test_it_refuses_labels_that_are_not_class_indices(tmp_path, labels, message)
     "arrays, message",
     [
         ({"x": np.zeros((2, 3))}, r"no 'inputs' array \(it holds: x\)"),
-        ({"inputs": np.array(["a", "b"])}, "float or integer"),
+        ({"inputs": np.array(["a", "b"])}, "float, integer or bool"),
         ({"inputs": np.zeros((0, 3))}, "no samples"),
         ({"inputs": np.array([1.0, np.nan])}, "NaN"),
     ],
@@ -191,7 +197,9 @@ def test_it_refuses_a_bare_npy_file(tmp_path):
 
 def test_it_refuses_samples_of_another_shape(model_inputs, contract):
     with pytest.raises(DatasetError) as refused:
-        check_against_contract(np.zeros((5, 3, 28, 28), np.float32), model_inputs, contract)
+        check_against_contract(
+            {"image": np.zeros((5, 3, 28, 28), np.float32)}, model_inputs, contract
+        )
 
     assert str(refused.value) == (
         "The dataset's samples have shape (3, 28, 28) but the contract of 'image' "
@@ -205,30 +213,24 @@ def test_it_accepts_samples_within_a_dynamic_range():
     contract = {"inputs": {"image": {**default_contract(inputs)["inputs"]["image"]}}}
     contract["inputs"]["image"]["dynamic"] = ranges
 
-    check_against_contract(np.zeros((2, 3, 48, 20), np.float32), inputs, contract)
+    check_against_contract({"image": np.zeros((2, 3, 48, 20), np.float32)}, inputs, contract)
     with pytest.raises(DatasetError, match=r"expects \(3, 16..64, 16..64\)"):
-        check_against_contract(np.zeros((2, 3, 96, 20), np.float32), inputs, contract)
+        check_against_contract({"image": np.zeros((2, 3, 96, 20), np.float32)}, inputs, contract)
 
 
-def test_it_refuses_raw_pixels_for_a_float_input(model_inputs, contract):
-    with pytest.raises(DatasetError, match="holds uint8 values but 'image' takes float: store"):
-        check_against_contract(np.zeros((5, 3, 32, 32), np.uint8), model_inputs, contract)
+def test_a_float_input_takes_integer_pixels_but_not_bools(model_inputs, contract):
+    check_against_contract({"image": np.zeros((5, 3, 32, 32), np.uint8)}, model_inputs, contract)
+    with pytest.raises(DatasetError, match="holds bool values but 'image' takes float"):
+        check_against_contract({"image": np.zeros((5, 3, 32, 32), bool)}, model_inputs, contract)
 
 
 def test_it_refuses_integers_that_do_not_fit_an_integer_input():
     inputs = [{"name": "pixels", "dtype": "uint8", "shape": ["N", 4]}]
     contract = default_contract(inputs)
 
-    check_against_contract(np.full((2, 4), 255, np.int64), inputs, contract)
+    check_against_contract({"pixels": np.full((2, 4), 255, np.int64)}, inputs, contract)
     with pytest.raises(DatasetError, match="from 0 to 255"):
-        check_against_contract(np.full((2, 4), 256, np.int64), inputs, contract)
-
-
-def test_it_refuses_datasets_for_models_with_several_inputs(model_inputs, contract):
-    two = [*model_inputs, {"name": "mask", "dtype": "float", "shape": ["N", 1, 32, 32]}]
-
-    with pytest.raises(DatasetError, match="several inputs are not supported yet"):
-        check_against_contract(np.zeros((5, 3, 32, 32), np.float32), two, contract)
+        check_against_contract({"pixels": np.full((2, 4), 256, np.int64)}, inputs, contract)
 
 
 def test_an_image_zip_gives_the_demo_sample_tensors(tmp_path, workdir):
@@ -237,7 +239,7 @@ def test_an_image_zip_gives_the_demo_sample_tensors(tmp_path, workdir):
 
     arrays = load_zip(path, workdir)
 
-    np.testing.assert_allclose(arrays["inputs"], expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(arrays["inputs"]["image"], expected, rtol=0, atol=1e-5)
     np.testing.assert_array_equal(arrays["labels"], labels)
     assert list(workdir.iterdir()) == []
 
@@ -248,7 +250,7 @@ def test_it_looks_inside_a_single_top_level_folder(tmp_path, workdir):
 
     arrays = load_zip(make_zip(tmp_path / "d.zip", files), workdir)
 
-    np.testing.assert_allclose(arrays["inputs"], expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(arrays["inputs"]["image"], expected, rtol=0, atol=1e-5)
 
 
 def test_a_calibration_zip_needs_no_labels_csv(tmp_path, workdir):
@@ -258,7 +260,9 @@ def test_a_calibration_zip_needs_no_labels_csv(tmp_path, workdir):
     arrays = load_zip(make_zip(tmp_path / "d.zip", files), workdir, require_labels=False)
 
     assert arrays["labels"] is None
-    np.testing.assert_allclose(arrays["inputs"], expected, rtol=0, atol=1e-5)  # sorted names
+    np.testing.assert_allclose(
+        arrays["inputs"]["image"], expected, rtol=0, atol=1e-5
+    )  # sorted names
     assert names == sorted(names)
 
 
@@ -344,3 +348,104 @@ def test_it_refuses_a_file_that_is_not_a_zip(tmp_path, workdir):
     with pytest.raises(DatasetError, match="not a readable zip archive"):
         load_zip(tmp_path / "d.zip", workdir)
     assert list(workdir.iterdir()) == []
+
+
+SEVERAL = [
+    {"name": "image", "dtype": "float", "shape": ["N", 3, 4, 4]},
+    {"name": "mask", "dtype": "bool", "shape": ["N", 4, 4]},
+    {"name": "tokens", "dtype": "int64", "shape": ["N", 5]},
+    {"name": "scale", "dtype": "float", "shape": []},
+]
+
+
+def several_contract():
+    return validate_contract(default_contract(SEVERAL), SEVERAL)
+
+
+def several_samples(count=6):
+    return {
+        "image": np.zeros((count, 3, 4, 4), np.float32),
+        "mask": np.ones((count, 4, 4), bool),
+        "tokens": np.arange(count * 5).reshape(count, 5),
+        "scale": np.full(count, 0.5, np.float32),
+    }
+
+
+def test_it_loads_one_array_per_input_of_a_model_with_several_inputs(tmp_path):
+    path = save_npz(tmp_path / "d.npz", **several_samples(), labels=np.arange(6) % 2)
+
+    arrays = load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=True)
+
+    check_against_contract(arrays["inputs"], SEVERAL, several_contract())
+    assert list(arrays["inputs"]) == ["image", "mask", "tokens", "scale"]
+    assert describe(arrays) == {
+        "samples": 6,
+        "input_shape": [
+            {"name": "image", "shape": [3, 4, 4], "dtype": "float32"},
+            {"name": "mask", "shape": [4, 4], "dtype": "bool"},
+            {"name": "tokens", "shape": [5], "dtype": "int64"},
+            {"name": "scale", "shape": [], "dtype": "float32"},
+        ],
+        "input_dtype": "",
+        "labels": True,
+        "classes": 2,
+    }
+
+
+def test_it_names_the_input_a_dataset_has_no_array_for(tmp_path):
+    samples = several_samples()
+    del samples["mask"]
+    path = save_npz(tmp_path / "d.npz", **samples)
+
+    with pytest.raises(DatasetError) as refused:
+        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False)
+
+    assert str(refused.value) == (
+        "The dataset has no array for input 'mask' (it holds: image, tokens, scale); "
+        "save one per input: np.savez(f, image=..., mask=..., tokens=..., scale=...)."
+    )
+
+
+def test_a_single_input_model_takes_inputs_or_an_array_named_after_its_input(tmp_path):
+    image = np.ones((3, 3, 4, 4), np.float32)
+
+    by_layout = load_npz(
+        save_npz(tmp_path / "a.npz", inputs=image), ["image"], require_labels=False
+    )
+    by_name = load_npz(save_npz(tmp_path / "b.npz", image=image), ["image"], require_labels=False)
+
+    np.testing.assert_array_equal(by_layout["inputs"]["image"], image)
+    np.testing.assert_array_equal(by_name["inputs"]["image"], image)
+
+
+def test_every_input_needs_one_row_per_sample(tmp_path):
+    samples = {**several_samples(), "tokens": np.zeros((5, 5), np.int64)}
+    path = save_npz(tmp_path / "d.npz", **samples)
+
+    with pytest.raises(DatasetError, match="the rows differ: 'image' 6, 'mask' 6, 'tokens' 5"):
+        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False)
+
+
+@pytest.mark.parametrize(
+    "name, samples, message",
+    [
+        ("tokens", np.zeros((6, 5), np.float32), "holds float32 values but 'tokens' takes int64"),
+        ("mask", np.full((6, 4, 4), 2, np.int64), "holds int64 values but 'mask' takes bool"),
+        ("mask", np.zeros((6, 4, 5), bool), r"'mask' samples have shape \(4, 5\) .* \(4, 4\)"),
+        ("scale", np.zeros((6, 1), np.float32), r"'scale' samples have shape \(1,\) .* \(\)"),
+        ("image", np.zeros((6, 3, 4, 4), bool), "holds bool values but 'image' takes float"),
+    ],
+)
+def test_it_checks_each_input_against_its_dtype_and_contract(name, samples, message):
+    with pytest.raises(DatasetError, match=message):
+        check_against_contract({**several_samples(), name: samples}, SEVERAL, several_contract())
+
+
+def test_a_bool_input_takes_zeros_and_ones_and_integer_inputs_take_any_integer_type():
+    samples = {
+        **several_samples(),
+        "mask": np.eye(4, dtype=np.uint8)[None].repeat(6, axis=0),
+        "tokens": np.ones((6, 5), np.int8),
+    }
+
+    check_against_contract(samples, SEVERAL, several_contract())

@@ -1,10 +1,14 @@
 """Turn an uploaded calibration or validation dataset into checked arrays.
 
-Two upload forms: an `.npz` of already-preprocessed tensors (`inputs`, and
-`labels` for validation), loaded without unpickling; or a zip of images plus
-`labels.csv`, run through the model version's own preprocessing code. Either
-way the result is `{"inputs": ndarray, "labels": ndarray | None}`, checked
-against the model's input-shape contract before it is stored.
+Two upload forms: an `.npz` of already-preprocessed tensors, loaded without
+unpickling; or a zip of images plus `labels.csv`, run through the model
+version's own preprocessing code (single-input models). An `.npz` holds one
+array per model input, named after it (`np.savez(f, image=..., mask=...)`), or
+for a single-input model the array `inputs`; each has one sample per row and
+the same number of rows; `labels` (one class index per sample) is optional,
+and needed for validation. Either way the result is
+`{"inputs": {input name: ndarray}, "labels": ndarray | None}`, checked against
+the model's signature and input-shape contract before it is stored.
 """
 
 import csv
@@ -41,15 +45,34 @@ class DatasetError(ValueError):
     """The uploaded dataset cannot be used; the message says why."""
 
 
-def load_npz(path, *, require_labels, max_array_bytes=MAX_ARRAY_BYTES):
-    """Load an .npz of `inputs` (and `labels`) without unpickling; raise DatasetError."""
+def load_npz(path, input_names=("inputs",), *, require_labels, max_array_bytes=MAX_ARRAY_BYTES):
+    """Load the samples of each model input (and `labels`) from an .npz; raise DatasetError."""
     with _open_npz(path) as npz:
-        if "inputs" not in npz.files:
-            held = ", ".join(npz.files) or "nothing"
-            raise DatasetError(f"The .npz has no 'inputs' array (it holds: {held}).")
-        inputs = _read_member(npz, "inputs", max_array_bytes)
+        keys = _input_keys(npz.files, list(input_names))
+        inputs = {name: _read_member(npz, key, max_array_bytes) for name, key in keys.items()}
         labels = _read_member(npz, "labels", max_array_bytes) if "labels" in npz.files else None
     return _checked(inputs, labels, require_labels)
+
+
+def _input_keys(files, names):
+    """Return {input name: array name}: `inputs` or the name for one input, else each name."""
+    held = ", ".join(files) or "nothing"
+    if len(names) == 1:
+        key = "inputs" if "inputs" in files or names[0] not in files else names[0]
+        if key not in files:
+            raise DatasetError(
+                f"The .npz has no 'inputs' array (it holds: {held}); save the samples with "
+                "np.savez(f, inputs=..., labels=...)."
+            )
+        return {names[0]: key}
+    for name in names:
+        if name not in files:
+            per_input = ", ".join(f"{n}=..." for n in names)
+            raise DatasetError(
+                f"The dataset has no array for input {name!r} (it holds: {held}); "
+                f"save one per input: np.savez(f, {per_input})."
+            )
+    return {name: name for name in names}
 
 
 def _open_npz(path):
@@ -89,7 +112,11 @@ def _guarded(key, read, *args):
 
 
 def _checked(inputs, labels, require_labels):
-    _check_inputs(inputs)
+    if not inputs:
+        raise DatasetError("The model lists no inputs, so a dataset has nothing to feed.")
+    for name, samples in inputs.items():
+        _check_inputs(samples, name)
+    count = _sample_count(inputs)
     if labels is None:
         if require_labels:
             raise DatasetError(
@@ -97,19 +124,28 @@ def _checked(inputs, labels, require_labels):
                 "label per sample."
             )
         return {"inputs": inputs, "labels": None}
-    _check_labels(labels, len(inputs))
+    _check_labels(labels, count)
     return {"inputs": inputs, "labels": labels.astype(np.int64)}
 
 
-def _check_inputs(inputs):
-    if inputs.dtype.kind not in "iuf":
+def _check_inputs(samples, name):
+    what = "The inputs" if name == "inputs" else f"The samples of {name!r}"
+    if samples.dtype.kind not in "iufb":
         raise DatasetError(
-            f"The inputs hold {inputs.dtype} values; save them as a float or integer array."
+            f"{what} hold {samples.dtype} values; save them as a float, integer or bool array."
         )
-    if inputs.ndim == 0 or len(inputs) == 0:
-        raise DatasetError("The inputs hold no samples: axis 0 must count at least one.")
-    if inputs.dtype.kind == "f" and not np.isfinite(inputs).all():
-        raise DatasetError("The inputs contain NaN or infinite values.")
+    if samples.ndim == 0 or len(samples) == 0:
+        raise DatasetError(f"{what} hold no samples: axis 0 must count at least one.")
+    if samples.dtype.kind == "f" and not np.isfinite(samples).all():
+        raise DatasetError(f"{what} contain NaN or infinite values.")
+
+
+def _sample_count(inputs):
+    counts = {name: len(samples) for name, samples in inputs.items()}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name!r} {count}" for name, count in counts.items())
+        raise DatasetError(f"Every input needs one row per sample; the rows differ: {listed}.")
+    return next(iter(counts.values()))
 
 
 def _check_labels(labels, count):
@@ -131,18 +167,19 @@ def load_image_zip(
     require_labels,
     workdir,
     max_bytes,
+    input_name="inputs",
     max_pixels=MAX_PIXELS,
     max_array_bytes=MAX_ARRAY_BYTES,
     max_members=MAX_MEMBERS,
 ):
-    """Turn a zip of images plus labels.csv into tensors with the version's preprocessing."""
+    """Turn a zip of images plus labels.csv into the samples of input_name, preprocessed."""
     preprocess = compile_preprocess(spec)
     scratch = Path(tempfile.mkdtemp(prefix="dataset-", dir=workdir))
     try:
         root = _extract(path, scratch / "files", max_bytes, max_members)
         rows = _read_rows(root, require_labels)
         inputs = _tensors(root, rows, preprocess, max_pixels, max_array_bytes)
-        return _checked(inputs, _row_labels(rows), require_labels)
+        return _checked({input_name: inputs}, _row_labels(rows), require_labels)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -290,24 +327,49 @@ def _check_pixels(image, name, max_pixels):
 
 
 def check_against_contract(inputs, model_inputs, contract):
-    """Refuse samples that do not fit the model's single input and its (validated) contract."""
-    if len(model_inputs) != 1:
-        raise DatasetError("Datasets for models with several inputs are not supported yet.")
-    name = model_inputs[0]["name"]
-    entry = contract["inputs"][name]
-    if not _fits(inputs.shape[1:], entry):
+    """Refuse samples that miss a model input or do not fit its dtype and (validated) contract.
+
+    inputs maps each model input's name to its samples, one per row: without a batch
+    axis of their own, or the whole input for an input that has no batch axis.
+    """
+    entries = (contract or {}).get("inputs") or {}
+    several = len(model_inputs) > 1
+    for spec in model_inputs:
+        name = spec["name"]
+        samples = inputs.get(name)
+        if samples is None:
+            per_input = ", ".join(f"{s['name']}=..." for s in model_inputs)
+            raise DatasetError(
+                f"The dataset has no array for input {name!r}; "
+                f"save one per input: np.savez(f, {per_input})."
+            )
+        if name in entries:
+            _check_shape(samples, name, entries[name], several)
+        _check_dtype(samples, name, spec["dtype"])
+
+
+def _check_shape(samples, name, entry, several):
+    if not _fits(samples.shape[1:], entry):
+        whose = f"The dataset's {name!r} samples" if several else "The dataset's samples"
         raise DatasetError(
-            f"The dataset's samples have shape {inputs.shape[1:]} but the contract of "
+            f"{whose} have shape {samples.shape[1:]} but the contract of "
             f"{name!r} expects {_expected(entry)}."
         )
-    _check_dtype(inputs, name, model_inputs[0]["dtype"])
+
+
+def _sample_axes(entry):
+    """Return (axis, dim) for each axis of one sample: all of them when there is no batch axis."""
+    shape = entry["shape"] or []
+    if entry["batch"] is None:
+        return list(enumerate(shape))
+    return list(enumerate(shape[1:], start=1))
 
 
 def _fits(sample_shape, entry):
-    dims = entry["shape"][1:]
-    if len(sample_shape) != len(dims):
+    axes = _sample_axes(entry)
+    if len(sample_shape) != len(axes):
         return False
-    for axis, (got, want) in enumerate(zip(sample_shape, dims, strict=True), start=1):
+    for got, (axis, want) in zip(sample_shape, axes, strict=True):
         if isinstance(want, str):
             bounds = entry["dynamic"][str(axis)]
             if not bounds["min"] <= got <= bounds["max"]:
@@ -319,7 +381,7 @@ def _fits(sample_shape, entry):
 
 def _expected(entry):
     parts = []
-    for axis, dim in enumerate(entry["shape"][1:], start=1):
+    for axis, dim in _sample_axes(entry):
         if isinstance(dim, str):
             bounds = entry["dynamic"][str(axis)]
             parts.append(f"{bounds['min']}..{bounds['max']}")
@@ -328,32 +390,51 @@ def _expected(entry):
     return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
 
 
-def _check_dtype(inputs, name, dtype):
-    kind = inputs.dtype.kind
+def _check_dtype(samples, name, dtype):
+    kind = samples.dtype.kind
     if dtype in FLOAT_TYPES or dtype.startswith("float8"):
-        if kind != "f":
+        if kind not in "fiu":
             raise DatasetError(
-                f"The dataset holds {inputs.dtype} values but {name!r} takes {dtype}: "
-                "store the preprocessed float tensors, not raw pixels."
+                f"The dataset holds {samples.dtype} values but {name!r} takes {dtype}: "
+                "store float tensors (or integer pixels)."
             )
     elif dtype in INT_TYPES:
         info = np.iinfo(INT_TYPES[dtype])
-        if kind not in "iu" or inputs.min() < info.min or inputs.max() > info.max:
+        if kind not in "iu" or samples.min() < info.min or samples.max() > info.max:
             raise DatasetError(
-                f"The dataset holds {inputs.dtype} values but {name!r} takes {dtype}: "
+                f"The dataset holds {samples.dtype} values but {name!r} takes {dtype}: "
                 f"store whole numbers from {info.min} to {info.max}."
             )
+    elif dtype == "bool":
+        if kind != "b" and not (kind in "iu" and np.isin(samples, (0, 1)).all()):
+            raise DatasetError(
+                f"The dataset holds {samples.dtype} values but {name!r} takes bool: "
+                "store a bool array, or integers that are 0 or 1."
+            )
     else:
-        raise DatasetError(f"Datasets for inputs of type {dtype} are not supported.")
+        raise DatasetError(f"Datasets for inputs of type {dtype} ({name!r}) are not supported.")
 
 
 def describe(arrays):
-    """Summarise loaded dataset arrays for display and storage."""
+    """Summarise loaded dataset arrays for display and storage.
+
+    One input: its sample shape and dtype. Several: input_shape lists {"name", "shape",
+    "dtype"} for each input, in the model's order, and input_dtype is empty.
+    """
     inputs, labels = arrays["inputs"], arrays["labels"]
+    [first, *others] = inputs.values()
+    if others:
+        shape = [
+            {"name": name, "shape": list(a.shape[1:]), "dtype": str(a.dtype)}
+            for name, a in inputs.items()
+        ]
+        dtype = ""
+    else:
+        shape, dtype = list(first.shape[1:]), str(first.dtype)
     return {
-        "samples": len(inputs),
-        "input_shape": list(inputs.shape[1:]),
-        "input_dtype": str(inputs.dtype),
+        "samples": len(first),
+        "input_shape": shape,
+        "input_dtype": dtype,
         "labels": labels is not None,
         "classes": len(np.unique(labels)) if labels is not None else None,
     }

@@ -77,8 +77,12 @@ class DatasetForm(forms.Form):
     kind = forms.ChoiceField(choices=DatasetKind.choices())
     name = forms.SlugField(max_length=100)
     file = forms.FileField(
-        help_text=".npz with 'inputs' (and 'labels' for validation), or a .zip of images "
-        "with labels.csv (filename,label), preprocessed with this version's spec."
+        help_text=".npz with one array per model input, named after it, one sample per row "
+        "and the same number of rows in each (np.savez(f, image=..., mask=..., labels=...); "
+        "a single-input model may call its array 'inputs'), plus 'labels' (one class index "
+        "per sample) for validation; each array in its input's dtype family (float inputs "
+        "also take integer pixels, bool inputs 0/1). Or, for a single-input model, a .zip of "
+        "images with labels.csv (filename,label), preprocessed with this version's spec."
     )
 
 

@@ -346,9 +346,16 @@ def derive_version(source, user, *, notes="", preprocessing=None, contract=None)
 
 
 def _load_dataset(path, kind, filename, version, work):
+    names = [spec["name"] for spec in version.inputs]
     if filename.lower().endswith(".npz"):
-        return "npz", load_npz(path, require_labels=kind == DatasetKind.VALIDATION)
+        return "npz", load_npz(path, names, require_labels=kind == DatasetKind.VALIDATION)
     if filename.lower().endswith(".zip"):
+        if len(names) != 1:
+            per_input = ", ".join(f"{name}=..." for name in names)
+            raise DatasetError(
+                f"An image archive feeds one input, and this model takes {len(names)}: "
+                f"upload an .npz with one array per input: np.savez(f, {per_input})."
+            )
         if not version.preprocessing:
             raise DatasetError("An image dataset needs a preprocessing spec on the version.")
         arrays = load_image_zip(
@@ -357,14 +364,17 @@ def _load_dataset(path, kind, filename, version, work):
             workdir=work,
             max_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
             require_labels=kind == DatasetKind.VALIDATION,
+            input_name=names[0],
         )
         return "images", arrays
     raise DatasetError("A dataset is an .npz file or a .zip of images with labels.csv.")
 
 
 def _write_npz(arrays, work):
+    """Store the samples as the workers read them: `inputs` for one input, else one per name."""
     path = work / "dataset.npz"
-    payload = {"inputs": arrays["inputs"]}
+    inputs = arrays["inputs"]
+    payload = {"inputs": next(iter(inputs.values()))} if len(inputs) == 1 else dict(inputs)
     if arrays.get("labels") is not None:
         payload["labels"] = arrays["labels"]
     np.savez(path, **payload)
