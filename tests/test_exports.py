@@ -66,7 +66,8 @@ def test_the_benchmarks_csv_matches_the_stored_runs(client, alice, version, runs
     assert float(row["throughput_ips"]) == 123.5 and float(row["max_qps_in_budget"]) == 80.0
     assert row["gate"] == "meets" and row["gate_reason"] == int8.gate().reason
     assert row["host_cpu_model"] == "Intel Xeon Test" and row["stable"] == "True"
-    assert float(rows[source.pk]["fps"]) == pytest.approx(100.0)
+    assert float(rows[source.pk]["fps_at_p99"]) == pytest.approx(1000 / 15)
+    assert float(rows[int8.pk]["fps_at_p99"]) == pytest.approx(1000 / 21)  # the server p99
 
 
 def test_the_accuracy_csv_matches_the_stored_runs(client, alice, version, runs):

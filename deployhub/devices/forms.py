@@ -70,3 +70,14 @@ class BudgetForm(forms.Form):
     fps = forms.FloatField(
         min_value=0.01, max_value=100_000, label="Target fps", help_text="Frames per second."
     )
+
+
+class ThroughputTargetForm(forms.Form):
+    """The budget calculator of a batch class: a target sustained throughput."""
+
+    ips = forms.FloatField(
+        min_value=0.01,
+        max_value=10_000_000,
+        label="Target images/s",
+        help_text="Sustained throughput: images per second a run achieves.",
+    )

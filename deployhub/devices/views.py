@@ -7,7 +7,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.devices.forms import BudgetForm, DeviceClassEditForm, DeviceClassForm, DeviceForm
+from deployhub.devices.forms import (
+    BudgetForm,
+    DeviceClassEditForm,
+    DeviceClassForm,
+    DeviceForm,
+    ThroughputTargetForm,
+)
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.models import Event, Role
@@ -68,18 +74,35 @@ def _class_context(request, device_class, **extra):
 
 
 def _budget_calculator(request, device_class):
-    """Return the calculator's form and, for a valid ?fps=, the budget and the runs within it."""
+    """Return the calculator of the figure the class's gate judges, and the runs that reach it.
+
+    A real-time class: a target fps gives the budget per frame, and the runs whose p99
+    is within it (their fps at p99 reaches the target). A batch class: a target in
+    images/s, and the runs whose sustained throughput reaches it.
+    """
+    if device_class.is_batch:
+        return _throughput_calculator(request, device_class)
     form = BudgetForm(request.GET if "fps" in request.GET else None)
     if not form.is_valid():
         return {"budget_form": form, "budget_ms": None, "budget_runs": []}
     budget_ms = 1000.0 / form.cleaned_data["fps"]
-    runs = (
-        BenchmarkRun.objects.filter(device_class=device_class)
-        .within_budget(budget_ms)
-        .select_related("model_version__model", "engine", "device", "device_class", "job")
-        .order_by("gate_p99")[:100]
+    runs = _class_runs(device_class).within_budget(budget_ms).order_by("gate_p99")
+    return {"budget_form": form, "budget_ms": budget_ms, "budget_runs": runs[:100]}
+
+
+def _throughput_calculator(request, device_class):
+    form = ThroughputTargetForm(request.GET if "ips" in request.GET else None)
+    if not form.is_valid():
+        return {"budget_form": form, "target_ips": None, "budget_runs": []}
+    target = form.cleaned_data["ips"]
+    runs = _class_runs(device_class).sustaining(target).order_by("-sustained")
+    return {"budget_form": form, "target_ips": target, "budget_runs": runs[:100]}
+
+
+def _class_runs(device_class):
+    return BenchmarkRun.objects.filter(device_class=device_class).select_related(
+        "model_version__model", "engine", "device", "device_class", "job"
     )
-    return {"budget_form": form, "budget_ms": budget_ms, "budget_runs": runs}
 
 
 @login_required

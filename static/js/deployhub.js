@@ -159,6 +159,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("form[data-budget-calculator]").forEach((form) => {
     const input = form.querySelector("input[name=fps]");
     const output = form.querySelector(".budget-output");
+    if (!input) return; // a batch class's calculator takes images/s: nothing to convert
     input.addEventListener("input", () => {
       const fps = parseFloat(input.value);
       output.textContent = fps > 0 ? "Budget " + (1000 / fps).toFixed(2) + " ms per frame" : "";
