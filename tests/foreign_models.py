@@ -102,6 +102,26 @@ def old_opset_model(seed=0):
     return model
 
 
+def axis_broadcast_model():
+    """Return the opset 6 model with Add aligning a [4] offset at axis 1 (broadcast=1, axis=1).
+
+    onnx.version_converter (1.23) unsqueezes the offset to [4, 1, 1, 1] instead
+    of [4, 1, 1], and the checker refuses the result: a conversion that fails.
+    """
+    model = old_opset_model()
+    [add] = [node for node in model.graph.node if node.op_type == "Add"]
+    add.attribute.append(helper.make_attribute("axis", 1))
+    offset = numpy_helper.from_array(np.arange(4, dtype=np.float32), "offset")
+    for tensor in model.graph.initializer:
+        if tensor.name == "offset":
+            tensor.CopyFrom(offset)
+    for value in model.graph.input:
+        if value.name == "offset":
+            value.CopyFrom(helper.make_tensor_value_info("offset", TensorProto.FLOAT, [4]))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 def nothing_to_quantise_model():
     """Return a float model of Abs, Neg and Reshape: no operator an INT8 quantiser takes."""
     nodes = [

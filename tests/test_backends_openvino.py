@@ -16,6 +16,7 @@ from tests.foreign_models import (
     calibration_npz,
     conv_model,
     nothing_to_quantise_model,
+    old_opset_model,
     sample_input,
 )
 from workers.backends import openvino as openvino_backend
@@ -296,3 +297,20 @@ def test_it_records_an_int8_build_that_quantised_nothing(build, tmp_path):
     assert "nothing quantised: this int8 build runs in float, as the fp32 build does" in built.log
     assert build(INT8).graph_report["quantized_nodes"] > 0
     assert "nothing quantised" not in build(INT8).log
+
+
+def test_it_builds_an_opset_6_model_as_its_minimum_opset_says(tmp_path):
+    from onnx.reference import ReferenceEvaluator
+
+    source = tmp_path / "source.onnx"
+    model = old_opset_model()
+    onnx.save(model, str(source))
+    x = sample_input()
+    backend = OpenVinoBackend()
+
+    built = backend.compile(source, {}, tmp_path)
+    [got] = backend.infer(backend.load(built.artifact, {}), {"x": x})
+
+    assert OpenVinoBackend.min_opset <= 6
+    [expected] = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, atol=0.1, rtol=0.05)

@@ -137,3 +137,26 @@ def test_it_passes_int8_on_this_workers_real_fingerprint(version, device_class, 
 
     assert device.fingerprint["capabilities"]["onnxruntime"]["int8"] == {"ok": True}
     assert result["onnxruntime"].fails == [] and result["openvino"].fails == []
+
+
+def test_it_refuses_an_opset_older_than_a_backend_runs_and_says_how_to_convert(
+    version, device_class, make_device
+):
+    device, _ = make_device()
+    fingerprint = copy.deepcopy(FINGERPRINT)
+    fingerprint["openvino"] = {"version": "2026.4.1", "devices": ["CPU"]}
+    device.fingerprint = fingerprint
+    device.save()
+    type(version).objects.filter(pk=version.pk).update(opset=6)
+    version.refresh_from_db()
+
+    result = verdicts(version, device_class, ["onnxruntime", "openvino", "tensorrt"])
+
+    assert result["onnxruntime"].fails == [
+        "opset 6 is older than onnxruntime runs (≥ 7): "
+        "convert it (Convert to opset 17 on the version page)"
+    ]
+    assert not any("opset" in why for why in result["openvino"].fails)
+    assert any(
+        "opset 6 is older than tensorrt runs (≥ 9)" in why for why in result["tensorrt"].fails
+    )

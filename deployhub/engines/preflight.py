@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 
 from workers.backends.base import cpu_isa
 from workers.backends.registry import BACKENDS
+from workers.convert import CONVERT_OPSET
 
-# The newest default-domain opset each backend's ONNX importer is known to take.
-MAX_OPSET = {"onnxruntime": 23, "openvino": 22, "tensorrt": 22}
 # Operator domains each backend runs besides the default one.
 EXTRA_DOMAINS = {"onnxruntime": ("com.microsoft",), "openvino": (), "tensorrt": ()}
 # Default-domain operators a backend does not run (or only through plugins).
@@ -82,11 +81,7 @@ def _check_graph(verdict, version):
         if version.format != "pt2":
             verdict.fails.append("AOTInductor builds from a torch.export program (.pt2)")
         return
-    if version.opset and version.opset > MAX_OPSET[verdict.backend]:
-        verdict.fails.append(
-            f"opset {version.opset} is newer than {verdict.backend} takes "
-            f"(≤ {MAX_OPSET[verdict.backend]}): export with an older opset"
-        )
+    _check_opset(verdict, version.opset)
     operators = (version.graph or {}).get("operators", {})
     foreign = sorted(
         op
@@ -96,6 +91,23 @@ def _check_graph(verdict, version):
     unsupported = sorted(op for op in operators if op in UNSUPPORTED[verdict.backend])
     if foreign or unsupported:
         verdict.fails.append(f"unsupported operators: {', '.join(foreign + unsupported)}")
+
+
+def _check_opset(verdict, opset):
+    """Fail a default-domain opset outside the range the backend's ONNX importer takes."""
+    backend = BACKENDS[verdict.backend]
+    if not opset:
+        return
+    if backend.max_opset is not None and opset > backend.max_opset:
+        verdict.fails.append(
+            f"opset {opset} is newer than {backend.name} takes (≤ {backend.max_opset}): "
+            "export with an older opset"
+        )
+    if backend.min_opset is not None and opset < backend.min_opset:
+        verdict.fails.append(
+            f"opset {opset} is older than {backend.name} runs (≥ {backend.min_opset}): "
+            f"convert it (Convert to opset {CONVERT_OPSET} on the version page)"
+        )
 
 
 def _check_shapes(verdict, version):

@@ -40,6 +40,9 @@ class Backend(abc.ABC):
     name: ClassVar[str]  # the name jobs and engines use ("onnxruntime")
     runtime: ClassVar[str]  # the module that must import for the backend to run here
     extra: ClassVar[str]  # the pip extra that installs the runtime: deployhub[<extra>]
+    # The default-domain (ai.onnx) opsets its ONNX importer takes; None: no bound known.
+    min_opset: ClassVar[int | None] = None
+    max_opset: ClassVar[int | None] = None
     # The builds auto mode tries, by precision: {"fp32": {}, "int8": {"precision": "int8"}}.
     auto_builds: ClassVar[dict[str, dict]] = {}
     # Precisions whose builds import more than the runtime, and the modules they import.

@@ -86,6 +86,10 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     runtime = "onnxruntime"
     extra = "worker"
+    # ONNX Runtime only guarantees ai.onnx opset 7 and later; older operators
+    # (BatchNormalization-6, Add with broadcast) have no kernel.
+    min_opset = 7
+    max_opset = 23
     auto_builds = {"fp32": {}, "int8": {"precision": "int8"}}
     # int8: quantize_static after quant_pre_process, whose symbolic shape inference needs sympy.
     build_imports = {

@@ -53,6 +53,9 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
     runtime = "tensorrt"
     extra = "tensorrt"
+    # The TensorRT ONNX parser is backward compatible to opset 9 (NVIDIA's opset guide).
+    min_opset = 9
+    max_opset = 22
     auto_builds = {"fp16": {}, "int8": {"precision": "int8"}}
 
     @classmethod
