@@ -96,7 +96,7 @@ def test_a_realtime_class_gets_the_fastest_build_at_batch_1_that_meets_its_budge
     assert run.recommended.precision == "fast"
     assert builds["wrong"].within_tolerance is False
     assert builds["slow"].meets_budget and not builds["slow"].pareto
-    assert "p50 2.000 ms" in run.summary
+    assert "p99 2.400 ms (416.7 fps at p99)" in run.summary
 
 
 def test_an_unstable_measurement_does_not_count_as_meeting_the_budget(run):
@@ -329,3 +329,185 @@ def test_the_summary_says_when_instability_not_speed_kept_a_build_from_the_gate(
     assert run.recommended.precision == "noisy" and builds["noisy"].meets_budget is None
     assert "no build was measured meeting the class's gate" in run.summary
     assert "unstable (CV 30.0% is above 10%)" in run.summary
+
+
+LONG_ERROR = (
+    "unsupported_operator: [ONNXRuntimeError] : 10 : INVALID_GRAPH : This is an invalid model. "
+    "In Node, ('bn', BatchNormalization, '', -1) : ('x': tensor(float),) -> ('y',) , Error "
+    "Unrecognized attribute: spatial for operator BatchNormalization at the end of the line"
+)
+
+
+def failed_build(run, name, *, error=LONG_ERROR, kind="compile"):
+    """Add a build whose compile (or benchmark) job failed with `error`."""
+    version, device_class = run.model_version, run.device_class
+    failed = job(version, device_class, kind, None)
+    failed.state, failed.error = "failed", error
+    failed.save()
+    jobs = {"compile_job": failed} if kind == "compile" else {}
+    if kind == "benchmark":
+        engine = engine_of(version, device_class, name)
+        jobs = {"engine": engine, "benchmark_job": failed}
+        jobs["evaluate_job"] = job(version, device_class, "evaluate", engine)
+        error = f"benchmark: {error}"
+    return AutoBuild.objects.create(
+        auto_run=run, backend="openvino", precision=name, error=error, finished=True, **jobs
+    )
+
+
+def skipped_build(run, name, reason):
+    return AutoBuild.objects.create(
+        auto_run=run, backend="tensorrt", precision=name, skipped=reason, finished=True
+    )
+
+
+SKIP_REASON = (
+    "tensorrt is not installed on any device of this class: no worker reports a TensorRT "
+    "version, so an fp16 engine cannot be built here; add a GPU device or drop the backend"
+)
+
+
+def test_it_says_all_builds_failed_and_is_not_green(run):
+    failed_build(run, "fp32")
+    failed_build(run, "int8", error="internal: the child process crashed: SIGSEGV")
+    skipped_build(run, "fp16", SKIP_REASON)
+
+    run = auto.advance(run)
+
+    assert run.state == "done" and run.recommended is None
+    assert run.summary == (
+        "All 2 builds failed (Unsupported operator, Internal error); 1 skipped (see why below)."
+    )
+    assert run.outcome == "all_failed" and run.outcome_color == "red"
+
+
+def test_it_counts_the_failed_builds_beside_a_recommendation(run):
+    build(run, "fp32", p50=2.0)
+    failed_build(run, "int8", error="the engine did not load", kind="benchmark")
+    failed_build(run, "bf16", error="unsupported_operator: Add-6", kind="compile")
+
+    builds, run = ranked(run)
+
+    assert run.recommended.precision == "fp32" and run.outcome == "recommended"
+    assert run.summary.endswith("; 2 of 3 builds failed (Benchmark failed, Unsupported operator)")
+    assert builds["int8"].failed_job == builds["int8"].benchmark_job
+
+
+def test_it_says_nothing_was_within_tolerance_and_what_failed(run):
+    build(run, "wrong", p50=1.0, agreement=0.5)
+    failed_build(run, "int8")
+
+    _, run = ranked(run)
+
+    assert run.outcome == "nothing_eligible" and run.outcome_color == "red"
+    assert run.summary == (
+        "No build stayed within the accuracy tolerance; 1 of 2 builds failed "
+        "(Unsupported operator)."
+    )
+
+
+def test_a_recommended_build_that_misses_the_budget_says_so(run):
+    run.device_class.frame_budget_ms = 1.0
+    run.device_class.save()
+    build(run, "fast", p50=2.0)
+    build(run, "slow", p50=5.0)
+
+    builds, run = ranked(run)
+
+    assert run.recommended.precision == "fast" and builds["fast"].meets_budget is False
+    assert builds["fast"].recommendation_note == "fastest, misses the budget"
+    assert run.outcome == "recommended_off_gate" and run.outcome_color == "orange"
+    assert "no build meets the class's gate (p99 per frame within 1 ms (1000 fps))" in run.summary
+
+
+def test_a_recommended_build_from_an_unstable_run_says_so(run):
+    run.device_class.frame_budget_ms = 4.0
+    run.device_class.save()
+    build(run, "noisy", p50=2.0, stable=False)
+
+    builds, run = ranked(run)
+
+    assert builds["noisy"].recommendation_note == "fastest; unstable run"
+    assert run.outcome == "recommended_off_gate"
+
+
+def test_a_realtime_class_ranks_by_p99_the_figure_its_gate_judges(run):
+    # "spiky" has the lower median, but one frame in a hundred takes 9 ms.
+    build(run, "spiky", p50=2.0, p99=9.0)
+    build(run, "steady", p50=3.0, p99=3.3)
+
+    builds, run = ranked(run)
+
+    assert run.recommended.precision == "steady"
+    assert "p99 3.300 ms (303.0 fps at p99)" in run.summary
+    assert not builds["spiky"].pareto
+
+
+def page_of(client, run):
+    client.login(username="alice", password=PASSWORD)
+    response = client.get(run.get_absolute_url())
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_page_shows_each_failure_its_category_whole_message_and_job_log(run, client, alice):
+    compile_failed = failed_build(run, "fp32")
+    failed_build(run, "int8", error="the engine did not load", kind="benchmark")
+    skipped_build(run, "fp16", SKIP_REASON)
+    auto.advance(run)
+
+    page = page_of(client, run)
+
+    assert 'class="badge red" id="auto-state" data-outcome="all_failed">All builds failed' in page
+    assert "All 2 builds failed (Unsupported operator, Benchmark failed)" in page
+    assert 'class="card outcome red" id="auto-summary"' in page
+    assert '<span class="badge red failure-category">Unsupported operator</span>' in page
+    assert '<span class="badge red failure-category">Benchmark failed</span>' in page
+    assert LONG_ERROR.replace("'", "&#x27;").replace(">", "&gt;") in page
+    assert f'href="/jobs/{compile_failed.compile_job_id}/#job-log"' in page
+    assert f"skipped: {SKIP_REASON}" in page
+    assert "No build ran." not in page and "…" not in page.split("<details", 1)[0]
+
+
+def test_the_page_labels_the_recommendation_that_misses_the_budget(run, client, alice):
+    run.device_class.frame_budget_ms = 1.0
+    run.device_class.save()
+    build(run, "fast", p50=2.0)
+    build(run, "slow", p50=5.0)
+    auto.advance(run)
+
+    page = page_of(client, run)
+
+    assert 'id="recommended-badge">recommended: fastest, misses the budget</span>' in page
+    assert 'class="badge orange" id="auto-state"' in page
+    assert "<th" in page and ">fps at p99</th>" in page and ">Sustained throughput</th>" in page
+    assert '<td class="fps-at-p99">416.7</td>' in page
+    assert '<td class="throughput">500.0 img/s' in page
+
+
+def test_auto_mode_without_a_dataset_says_why_beside_its_button(client, alice, version):
+    from deployhub.devices.models import DeviceClass as Class
+
+    device_class = Class.objects.create(team=version.team, slug="cpu-auto", name="CPU")
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.post(f"/versions/{version.pk}/auto", {"device_class": device_class.pk})
+
+    page = response.content.decode()
+    assert response.status_code == 400 and not AutoRun.objects.exists()
+    button, error = page.index('id="auto"'), page.index('id="auto-error"')
+    assert 0 < error - button < 300
+    assert "attach a validation (or calibration) dataset to the model first" in page[error:]
+
+
+@pytest.mark.parametrize("value", ["", "x", "999999"])
+def test_auto_mode_without_a_class_of_the_team_says_so_and_starts_nothing(
+    client, alice, version, device_class, value
+):
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.post(f"/versions/{version.pk}/auto", {"device_class": value})
+
+    assert response.status_code == 400 and not AutoRun.objects.exists()
+    page = response.content.decode()
+    assert "Choose one of your team&#x27;s device classes for auto mode." in page

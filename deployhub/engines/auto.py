@@ -18,6 +18,7 @@ workers/side_by_side.py), and that run decides between them.
 """
 
 import math
+from collections import Counter
 
 from django.db import transaction
 from django.utils import timezone
@@ -325,11 +326,15 @@ def _golden_ok(build):
 
 
 def ms_per_image(build):
-    """Return the build's time per image as its class's pattern measures it (lower is faster)."""
+    """Return the build's time per image by the figure its class's gate judges (lower is faster).
+
+    A batch class: 1000 / sustained throughput. A real-time class: p99 per image, the
+    inverse of its fps at p99, so the ranking and the gate read the same figure.
+    """
     benchmark = build.benchmark
     if build.auto_run.device_class.is_batch:
         return 1000.0 / benchmark.gate_throughput_ips
-    return benchmark.latency_p50_ms / benchmark.batch_size
+    return 1000.0 / benchmark.fps_at_p99
 
 
 def _score(build):
@@ -390,22 +395,57 @@ def _recommend(measured):
 
 
 def _summary(run, measured):
+    """Say what the run recommends and how far it meets the gate, or why it recommends nothing."""
     if run.recommended is None:
-        return "No build stayed within the accuracy tolerance." if measured else "No build ran."
+        return _nothing_recommended(run, measured)
     best, device_class = run.recommended, run.device_class
-    benchmark = best.benchmark
-    if device_class.is_batch:
-        figure = f"{benchmark.gate_throughput_ips:.1f} images/s at batch {benchmark.batch_size}"
-    else:
-        figure = f"p50 {benchmark.latency_p50_ms:.3f} ms"
-    text = f"Recommended: {best.backend} {best.precision}, {figure}"
+    text = f"Recommended: {best.backend} {best.precision}, {_figure(best.benchmark)}"
     gate = device_class.gate_rule[:-1]
     if best.meets_budget is None:
         reason = best.benchmark.gate().reason.rstrip(".")
         text += f"; no build was measured meeting the class's gate ({gate}): {reason}"
     elif not best.meets_budget:
         text += f"; no build meets the class's gate ({gate})"
-    return text + _comparison_summary(run, measured)
+    failures = _failures(run)
+    return text + _comparison_summary(run, measured) + (f"; {failures}" if failures else "")
+
+
+def _figure(benchmark):
+    """Return the figure the class's gate judges, named as every page names it."""
+    if benchmark.device_class.is_batch:
+        return (
+            f"sustained throughput {benchmark.gate_throughput_ips:.1f} images/s "
+            f"at batch {benchmark.batch_size}"
+        )
+    return f"p99 {benchmark.gate_p99_ms:.3f} ms ({benchmark.fps_at_p99:.1f} fps at p99)"
+
+
+def _nothing_recommended(run, measured):
+    """Say why a finished run recommends nothing: every build failed, skipped, or off tolerance."""
+    tried, skipped = run.tried_builds, run.builds.exclude(skipped="").count()
+    skips = f"{skipped} skipped (see why below)" if skipped else ""
+    if not tried:
+        return f"No build could be tried: all {skipped} were skipped (see why below)."
+    failures = _failures(run)
+    if len(run.failed_builds) == len(tried):
+        return f"{failures}; {skips}." if skips else f"{failures}."
+    if not measured:
+        return f"No build was measured; {failures or 'no result was stored'}."
+    clauses = ["No build stayed within the accuracy tolerance", failures, skips]
+    return "; ".join(clause for clause in clauses if clause) + "."
+
+
+def _failures(run):
+    """Say how many of the builds tried failed and how (their categories); '' when none did."""
+    tried, failed = run.tried_builds, run.failed_builds
+    if not failed:
+        return ""
+    count = f"{len(failed)} of {len(tried)} builds failed"
+    if len(failed) == len(tried):
+        count = f"All {len(tried)} builds failed" if len(tried) > 1 else "The only build failed"
+    labels = Counter(build.failure_label for build in failed)
+    how = ", ".join(f"{label}: {n}" if n > 1 else label for label, n in labels.most_common())
+    return f"{count} ({how})"
 
 
 def _comparison_summary(run, measured):

@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 
 from deployhub.choices import ChoiceSet
+from deployhub.jobs.models import JobState
 
 
 class EngineStatus(ChoiceSet):
@@ -175,6 +176,25 @@ class AutoRunState(ChoiceSet):
     CHOICES = ((RUNNING, "Running", "blue"), (DONE, "Done", "green"))
 
 
+class AutoOutcome(ChoiceSet):
+    """What an auto run came to, derived from its builds: pages show this, not the bare state."""
+
+    RUNNING = "running"
+    RECOMMENDED = "recommended"
+    OFF_GATE = "recommended_off_gate"
+    NOTHING_ELIGIBLE = "nothing_eligible"
+    ALL_FAILED = "all_failed"
+    NOTHING_TRIED = "nothing_tried"
+    CHOICES = (
+        (RUNNING, "Running", "blue"),
+        (RECOMMENDED, "Recommended a build", "green"),
+        (OFF_GATE, "Recommended; the gate is not met", "orange"),
+        (NOTHING_ELIGIBLE, "No build within tolerance", "red"),
+        (ALL_FAILED, "All builds failed", "red"),
+        (NOTHING_TRIED, "No build could be tried", "red"),
+    )
+
+
 class AutoRun(models.Model):
     """Auto mode: a grid of builds of one version on one class, measured and ranked."""
 
@@ -227,6 +247,38 @@ class AutoRun(models.Model):
     def state_color(self):
         return AutoRunState.color(self.state)
 
+    @cached_property
+    def outcome(self):
+        """Return the AutoOutcome: recommended (meeting the gate or not), or why nothing was."""
+        if self.state == AutoRunState.RUNNING:
+            return AutoOutcome.RUNNING
+        if self.recommended is not None:
+            met = self.recommended.meets_budget
+            return AutoOutcome.RECOMMENDED if met else AutoOutcome.OFF_GATE
+        tried = self.tried_builds
+        if not tried:
+            return AutoOutcome.NOTHING_TRIED
+        if all(build.error for build in tried):
+            return AutoOutcome.ALL_FAILED
+        return AutoOutcome.NOTHING_ELIGIBLE
+
+    @property
+    def outcome_label(self):
+        return AutoOutcome.label(self.outcome)
+
+    @property
+    def outcome_color(self):
+        return AutoOutcome.color(self.outcome)
+
+    @property
+    def tried_builds(self):
+        """The builds that were not skipped: a compile was asked for or the store had one."""
+        return [build for build in self.builds.all() if not build.skipped]
+
+    @property
+    def failed_builds(self):
+        return [build for build in self.tried_builds if build.error]
+
 
 class AutoBuild(models.Model):
     """One build of an auto run: compiled, benchmarked and evaluated, or skipped with a reason."""
@@ -278,3 +330,35 @@ class AutoBuild(models.Model):
         """The golden-pairs check of this build's evaluation, if it had one."""
         job = self.evaluate_job
         return getattr(job, "golden_run", None) if job else None
+
+    @property
+    def failed_jobs(self):
+        """Return the build's jobs that ended without success, in the order they ran."""
+        jobs = (self.compile_job, self.benchmark_job, self.evaluate_job)
+        return [job for job in jobs if job and job.is_final and job.state != JobState.SUCCEEDED]
+
+    @property
+    def failed_job(self):
+        return next(iter(self.failed_jobs), None)
+
+    @property
+    def failure_label(self):
+        """Say how the build failed: the worker's failure category, else which job ended how."""
+        if not self.error:
+            return ""
+        job = self.failed_job
+        if job is None:
+            return "Build failed"
+        return job.failure_label or f"{job.get_kind_display()} {job.get_state_display().lower()}"
+
+    @property
+    def recommendation_note(self):
+        """Say why the recommended build is not a clean pass of the gate; '' when it is one."""
+        if self.meets_budget:
+            return ""
+        if self.meets_budget is False:
+            return "fastest, misses the budget"
+        benchmark = self.benchmark
+        if benchmark is not None and benchmark.stable is False:
+            return "fastest; unstable run"
+        return "fastest; the gate could not judge it"

@@ -144,6 +144,12 @@ def version_detail(request, pk):
     return render(request, "registry/version_detail.html", _version_context(version))
 
 
+def version_page(request, version, status=200, **extra):
+    """Render the version page with what a refused action hands back (a form, an error)."""
+    context = _version_context(version, **extra)
+    return render(request, "registry/version_detail.html", context, status=status)
+
+
 def _version_context(version, **forms):
     previous = version.previous()
     gpu_classes = version.team.device_classes.filter(backends__icontains="tensorrt")
