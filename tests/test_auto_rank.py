@@ -458,7 +458,7 @@ def test_the_page_shows_each_failure_its_category_whole_message_and_job_log(run,
 
     page = page_of(client, run)
 
-    assert 'class="badge red" id="auto-state" data-outcome="all_failed">All builds failed' in page
+    assert 'class="badge red" id="auto-state" data-outcome="all_failed">All 2 builds failed' in page
     assert "All 2 builds failed (Unsupported operator, Benchmark failed)" in page
     assert 'class="card outcome red" id="auto-summary"' in page
     assert '<span class="badge red failure-category">Unsupported operator</span>' in page
@@ -511,3 +511,15 @@ def test_auto_mode_without_a_class_of_the_team_says_so_and_starts_nothing(
     assert response.status_code == 400 and not AutoRun.objects.exists()
     page = response.content.decode()
     assert "Choose one of your team&#x27;s device classes for auto mode." in page
+
+
+def test_the_version_page_lists_a_failed_run_by_its_outcome_not_done(run, client, alice):
+    failed_build(run, "fp32")
+    auto.advance(run)
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get(run.model_version.get_absolute_url()).content.decode()
+
+    assert '<span class="badge red">The only build failed</span>' in page
+    assert "The only build failed (Unsupported operator)." in page
+    assert '<span class="badge green">Done</span>' not in page

@@ -264,7 +264,11 @@ class AutoRun(models.Model):
 
     @property
     def outcome_label(self):
-        return AutoOutcome.label(self.outcome)
+        """The outcome's label; a run whose builds all failed says how many did."""
+        tried = len(self.tried_builds) if self.outcome == AutoOutcome.ALL_FAILED else 0
+        if tried > 1:
+            return f"All {tried} builds failed"
+        return "The only build failed" if tried else AutoOutcome.label(self.outcome)
 
     @property
     def outcome_color(self):
