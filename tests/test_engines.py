@@ -432,6 +432,19 @@ def test_it_refuses_a_build_config_that_is_not_an_object_and_queues_nothing(
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize("backend", [["onnxruntime"], "tensorrt-lite"])
+def test_it_refuses_a_backend_it_does_not_know_and_queues_nothing(
+    client, version, device_class, alice, device_a, backend
+):
+    from tests.test_registry_api import token_for
+
+    answer = compile_by_api(client, version, device_class, backend, {}, token_for(alice))
+
+    assert answer.status_code == 400 and "There is no backend named" in answer.json()["error"]
+    assert "known: onnxruntime" in answer.json()["error"]
+    assert not Job.objects.exists()
+
+
 def test_it_keys_engines_stored_before_on_their_canonical_config(
     version, device_class, alice, device_a
 ):

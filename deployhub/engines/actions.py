@@ -28,11 +28,16 @@ class UnknownBackend(BuildRefused):
     """No backend of that name exists."""
 
 
+def backend_class(name):
+    """Return the backend class of that name; raise UnknownBackend for anything else."""
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise UnknownBackend(f"There is no backend named {name!r}; known: {', '.join(BACKENDS)}.")
+    return BACKENDS[name]
+
+
 def key_for(backend, build_config, fingerprint):
     """Return (compat_key, compat_fields) of a backend build on a device with this fingerprint."""
-    if backend not in BACKENDS:
-        raise UnknownBackend(f"There is no backend named {backend!r}.")
-    fields = BACKENDS[backend].compat_fields(fingerprint, build_config)
+    fields = backend_class(backend).compat_fields(fingerprint, build_config)
     return compat_key(backend, fields), fields
 
 
@@ -42,11 +47,10 @@ def canonical_config(backend, build_config):
     Its digest keys the engine store, so the compile form, the API and auto mode
     asking for one build in different words get one engine.
     """
-    if backend not in BACKENDS:
-        raise UnknownBackend(f"There is no backend named {backend!r}.")
+    backend = backend_class(backend)
     if not isinstance(build_config, dict):
         raise BuildRefused("The build config must be a JSON object.")
-    return BACKENDS[backend].canonical_config(build_config)
+    return backend.canonical_config(build_config)
 
 
 def config_digest(backend, build_config):
@@ -124,14 +128,13 @@ def request_compile(version, device_class, backend, build_config, user):
     """Return (engine, None) when the store has it already, else (None, the queued compile job)."""
     from deployhub.jobs.actions import submit_job
 
-    if backend not in BACKENDS:
-        raise UnknownBackend(f"There is no backend named {backend!r}.")
+    backend_class(backend)
     check_source(version, backend)
     if not isinstance(build_config, dict):
         raise BuildRefused("The build config must be a JSON object.")
     build_config = with_contract(version, backend, build_config)
     try:
-        BACKENDS[backend].check_config(build_config)
+        backend_class(backend).check_config(build_config)
     except JobError as exc:
         raise BuildRefused(str(exc)) from exc
     build_config = canonical_config(backend, build_config)
