@@ -98,31 +98,21 @@ def in_session(sid):
     return found
 
 
-def child_pid(stack, command):
-    """Return the pid of run_embedded's child whose command line contains `command`, or None."""
-    with contextlib.suppress(psutil.Error):
-        for proc in psutil.Process(stack["process"].pid).children():
-            if command in " ".join(proc.cmdline()):
+def group_leader(embedded, command):
+    """Return the pid of the stack's child whose command line contains `command`."""
+    for proc in in_session(embedded["process"].pid):
+        with contextlib.suppress(psutil.Error):
+            if command in " ".join(proc.cmdline()) and os.getpgid(proc.pid) == proc.pid:
                 return proc.pid
     return None
 
 
-def schedulers(stack):
-    """Return the stack's Celery beat schedulers, however beat is run.
-
-    A standalone `celery beat` is one. A `celery worker --beat` forks its
-    scheduler as a child with its own command line: that child is one, and so is
-    such a child left behind when its worker died (it has no child of its own).
-    """
-    args = {}
-    for proc in in_session(stack["process"].pid):
-        with contextlib.suppress(psutil.Error):
-            args[proc] = proc.cmdline()
+def schedulers(embedded):
+    """Return the stack's processes that run a Celery beat scheduler (standalone or `--beat`)."""
     found = []
-    for proc, command in args.items():
+    for proc in in_session(embedded["process"].pid):
         with contextlib.suppress(psutil.Error):
-            forks = [child for child in proc.children() if args.get(child) == command]
-            if "beat" in command or ({"--beat", "-B"} & set(command) and not forks):
+            if {"beat", "--beat", "-B"} & set(proc.cmdline()):
                 found.append(proc)
     return found
 
@@ -245,10 +235,10 @@ def test_it_restarts_a_killed_hub_worker_or_beat_with_one_scheduler_and_keeps_se
 
 def kill_and_wait_for_restart(embedded, command):
     """kill -9 the stack's child running `command`; return its old and its new pid."""
-    old = child_pid(embedded, command)
+    old = group_leader(embedded, command)
     os.kill(old, signal.SIGKILL)
     new = wait_until(
-        lambda: (pid := child_pid(embedded, command)) != old and pid,
+        lambda: (pid := group_leader(embedded, command)) != old and pid,
         30,
         f"{command} to restart",
         on_timeout=embedded["output"],

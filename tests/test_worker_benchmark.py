@@ -127,7 +127,7 @@ def test_it_defaults_to_a_second_of_warm_up_and_three_of_measuring():
 
     assert (settings.warmup_s, settings.duration_s) == (1.0, 3.0)
     assert (settings.warmup_iterations, settings.iterations) == (None, None)
-    assert (settings.batch_size, settings.intra_op_threads) == (1, 0)
+    assert (settings.batch_size, settings.intra_op_threads) == (None, 0)  # the model decides
     assert (settings.scenario, settings.max_iterations) == ("single-stream", 100_000)
     assert (settings.cv_threshold, settings.drift_threshold) == (0.10, 0.10)
 

@@ -12,13 +12,13 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 
-import numpy as np
 import psutil
 
+from workers import feeds as model_feeds
 from workers import fingerprint as fingerprints
 from workers import gpu_timing, server_scenario
 from workers.errors import Cancelled, JobError
@@ -47,22 +47,16 @@ SWEEP_WARMUP_SHARE, SWEEP_WARMUP_RUNS = 0.2, 3
 DEFAULT_LOAD = 0.5
 SCENARIOS = ("single-stream", "server", "offline")
 MAX_SWEEP_SIZES = 16
-# ONNX Runtime's type strings, mapped to the numpy dtypes we feed.
-DTYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-    "tensor(uint8)": np.uint8,
-    "tensor(bool)": np.bool_,
-}
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The conditions a benchmark runs under, read from the job's params (None: not given)."""
+    """The conditions a benchmark runs under, read from the job's params (None: not given).
 
-    batch_size: int = 1
+    batch_size None: the model's default batch (workers/feeds.py: 1 when allowed).
+    """
+
+    batch_size: int | None = None
     warmup_s: float = 1.0
     duration_s: float = 3.0
     warmup_iterations: int | None = None
@@ -173,7 +167,7 @@ class Bench:
     settings: Settings
     progress: Progress
     should_stop: object
-    metas: list
+    model_io: object
     feeds: dict
 
     def call(self, feeds=None):
@@ -186,13 +180,16 @@ class Bench:
         return measure(call, goal, report, self.should_stop)
 
 
-def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, preoptimized=False):
+def benchmark_onnxruntime(
+    model_path, params, progress=None, should_stop=None, preoptimized=False, model_io=None
+):
     """Benchmark an ONNX model with ONNX Runtime and return the result dict.
 
     progress(fraction, message) is called at phase changes and between chunks of
     runs; should_stop() is checked between chunks and makes the benchmark raise
     Cancelled when it returns True. A preoptimized model (an onnxruntime engine)
-    is loaded with graph optimisations off: it had them.
+    is loaded with graph optimisations off: it had them. model_io (the job's)
+    says what to feed; without it, the session's inputs do.
     """
     return benchmark_session(
         lambda settings: create_session(model_path, settings, preoptimized),
@@ -202,17 +199,19 @@ def benchmark_onnxruntime(model_path, params, progress=None, should_stop=None, p
         make_graph_session=lambda settings: create_session(
             model_path, settings, preoptimized, cuda_graphs=True
         ),
+        model_io=model_io,
     )
 
 
 def benchmark_session(
-    make_session, params, progress=None, should_stop=None, make_graph_session=None
+    make_session, params, progress=None, should_stop=None, make_graph_session=None, model_io=None
 ):
     """Benchmark whatever make_session(settings) loads: anything with ONNX Runtime's
     run(None, feeds), get_inputs() and get_providers() (another backend's engine too).
 
     make_graph_session(settings), for an ONNX Runtime model, loads it again with
-    CUDA graphs on (the cuda_graphs param).
+    CUDA graphs on (the cuda_graphs param). Feeds are made by workers/feeds.py from
+    model_io, or from the session's inputs without it.
     """
     settings = read_settings(params)
     plan = Progress(progress or _ignore_progress, phase_weights(settings))
@@ -222,7 +221,7 @@ def benchmark_session(
         with PeakRss() as rss:
             session = make_session(settings)
             provider = session.get_providers()[0]
-            bench = _prepare(session, settings, plan, should_stop or _never)
+            bench = _prepare(session, settings, plan, should_stop or _never, model_io)
             on_gpu = gpu.begin(session, provider)
             _check_gpu_options(settings, on_gpu, session, make_graph_session)
             measured = _run_scenarios(bench, on_gpu, make_graph_session)
@@ -282,30 +281,9 @@ def measure(call, goal, report, should_stop):
     return samples, (clock() - started) / 1e9
 
 
-def random_inputs(input_metas, batch_size, seed=0):
-    """Return random feeds for a session's inputs (from session.get_inputs())."""
-    rng = np.random.default_rng(seed)
-    _check_batch_is_fed(input_metas, batch_size)
-    return {
-        meta.name: _random_array(rng, meta, input_shape(meta, batch_size)) for meta in input_metas
-    }
-
-
-def input_shape(meta, batch_size):
-    """Return the concrete shape to feed an input; a symbolic batch dim becomes batch_size."""
-    shape = []
-    for position, dim in enumerate(meta.shape):
-        if _is_fixed(dim):
-            shape.append(dim)
-        elif position == 0:
-            shape.append(batch_size)
-        else:
-            raise JobError(
-                f"input {meta.name!r} has a symbolic dimension {dim!r} at position {position}; "
-                "only the batch dimension (position 0) may be symbolic: export the model "
-                "with fixed height, width and sequence length"
-            )
-    return shape
+def random_inputs(model_io_or_metas, batch_size=None, seed=0):
+    """Return random feeds for a model_io or a session's inputs (session.get_inputs())."""
+    return model_feeds.synthetic_feeds(model_io_or_metas, batch_size, seed)
 
 
 def host_info(session, settings):
@@ -378,13 +356,20 @@ class RssSampler:
         self.peak = max(self.peak, self.process.memory_info().rss)
 
 
-def _prepare(session, settings, plan, should_stop):
-    """Return the Bench for a loaded session, refusing batch sizes it cannot take up front."""
-    metas = list(session.get_inputs())
+def _prepare(session, settings, plan, should_stop, model_io=None):
+    """Return the Bench for a loaded session, refusing batch sizes it cannot take up front.
+
+    Without a batch_size param the model's default batch is fed (1 when allowed).
+    """
+    specs = model_feeds.input_specs(model_io or list(session.get_inputs()))
     for size in settings.batch_sizes or ():
-        _check_sweep_size(metas, size)
-    feeds = random_inputs(metas, settings.batch_size, settings.seed)
-    return Bench(session, settings, plan, should_stop, metas, feeds)
+        model_feeds.check_batch(
+            specs, size, asked="batch_sizes asks for batch {batch}", to="sweep batch sizes"
+        )
+    if settings.batch_size is None:
+        settings = replace(settings, batch_size=model_feeds.default_batch(specs))
+    feeds = model_feeds.synthetic_feeds(specs, settings.batch_size, settings.seed)
+    return Bench(session, settings, plan, should_stop, specs, feeds)
 
 
 def _run_scenarios(bench, on_gpu, make_graph_session):
@@ -444,7 +429,7 @@ def _batch_sweep(bench):
     settings, sizes = bench.settings, bench.settings.batch_sizes
     rows = []
     for part, size in enumerate(sizes):
-        call = bench.call(random_inputs(bench.metas, size, settings.seed))
+        call = bench.call(model_feeds.synthetic_feeds(bench.model_io, size, settings.seed))
         warmup = Goal(
             seconds=settings.sweep_duration_s * SWEEP_WARMUP_SHARE,
             min_iterations=SWEEP_WARMUP_RUNS,
@@ -701,55 +686,6 @@ def _high_water_mark():
         return None
     match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
     return int(match.group(1)) * 1024 if match else None
-
-
-def _check_batch_is_fed(input_metas, batch_size):
-    """Raise when the batch dimension is fixed at another size than batch_size."""
-    fixed = _fixed_batch(input_metas)
-    if fixed is not None and fixed != batch_size:
-        raise JobError(
-            f"batch_size is {batch_size} but the model's batch dimension is fixed at "
-            f"{fixed}; export it with a symbolic batch dimension to change it"
-        )
-
-
-def _check_sweep_size(input_metas, size):
-    """Raise when a sweep's batch size is one the model's fixed batch dimension cannot take."""
-    fixed = _fixed_batch(input_metas)
-    if fixed is not None and fixed != size:
-        raise JobError(
-            f"batch_sizes asks for batch {size} but the model's batch dimension is fixed at "
-            f"{fixed}; export it with a symbolic batch dimension to sweep batch sizes"
-        )
-
-
-def _fixed_batch(input_metas):
-    """Return the batch size every input fixes, or None when the batch dimension is symbolic."""
-    batch_dims = [meta.shape[0] for meta in input_metas if meta.shape]
-    if not batch_dims or not all(_is_fixed(dim) for dim in batch_dims):
-        return None
-    return batch_dims[0]
-
-
-def _is_fixed(dim):
-    """Return True for a concrete (integer) dimension, False for a symbolic one."""
-    return isinstance(dim, int) and dim >= 0
-
-
-def _random_array(rng, meta, shape):
-    """Return a random array of the input's dtype and the given shape."""
-    dtype = DTYPES.get(meta.type)
-    if dtype is None:
-        supported = ", ".join(DTYPES)
-        raise JobError(f"input {meta.name!r} has type {meta.type}; supported: {supported}")
-    if dtype is np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype is np.uint8:
-        return rng.integers(0, 256, shape, dtype=np.uint8)
-    if np.issubdtype(dtype, np.integer):
-        # Small non-negative values stay valid as indices, ids and flags.
-        return rng.integers(0, 2, shape, dtype=dtype)
-    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
 
 
 def _ignore_progress(fraction, message):

@@ -1,30 +1,23 @@
 """How closely an engine reproduces its FP32 source: the evaluate job.
 
 The reference is the source ONNX model run in FP32 by ONNX Runtime on the CPU.
-Both run the same samples, one at a time; the first output is compared. With
-labels, both are scored with the task's metric from METRICS (classification:
-top-1 and top-5 accuracy); adding a task is one registered function.
+Both run the same batches of samples, made by workers/feeds.py from the version's
+signature and contract (each input's dtype, the allowed batch, every input of
+the model); the first output is compared sample by sample, and every output's
+largest difference is reported. With labels, both are scored with the task's
+metric from METRICS (classification: top-1 and top-5 accuracy); adding a task
+is one registered function.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
+from workers import feeds as model_feeds
 from workers.errors import Cancelled, JobError
 
 EPSILON = 1e-12
 PROGRESS_EVERY = 20
-
-
-def _load_dataset(path, max_samples):
-    with np.load(path, allow_pickle=False) as data:
-        if "inputs" not in data:
-            raise JobError("the evaluation dataset has no 'inputs' array")
-        inputs = data["inputs"][:max_samples]
-        labels = data["labels"][:max_samples] if "labels" in data else None
-    if len(inputs) == 0:
-        raise JobError("the evaluation dataset is empty")
-    return inputs, labels
 
 
 class TaskMetric(NamedTuple):
@@ -99,6 +92,26 @@ class Comparison:
         self.reference, self.engine = [], []
         self.max_abs = self.max_rel = self.sum_abs = self.sum_rel = 0.0
         self.cosines = []
+        self.output_max_abs = []
+
+    def add_run(self, reference_outputs, engine_outputs, batch, real):
+        """Add one run's outputs: the first, sample by sample; every one to its max error."""
+        if len(engine_outputs) != len(reference_outputs):
+            raise JobError(
+                f"the engine gives {len(engine_outputs)} outputs, the source "
+                f"{len(reference_outputs)}: they do not describe the same model"
+            )
+        for index, (reference, engine) in enumerate(
+            zip(reference_outputs, engine_outputs, strict=True)
+        ):
+            error = _max_abs_error(reference, engine)
+            if index == len(self.output_max_abs):
+                self.output_max_abs.append(error)
+            self.output_max_abs[index] = max(self.output_max_abs[index], error)
+        references = model_feeds.per_sample(reference_outputs[0], batch, real)
+        engines = model_feeds.per_sample(engine_outputs[0], batch, real)
+        for reference, engine in zip(references, engines, strict=False):
+            self.add(reference, engine)
 
     def add(self, reference, engine):
         reference = np.asarray(reference, dtype=np.float64).reshape(-1)
@@ -134,11 +147,23 @@ class Comparison:
             "mean_rel_error": self.sum_rel / count,
             "cosine_min": min(self.cosines),
             "cosine_mean": float(np.mean(self.cosines)),
+            "output_max_abs_errors": [float(error) for error in self.output_max_abs],
         }
+        if labels is not None and len(labels) != count:
+            labels = None  # the outputs are not one per sample: the labels cannot score them
         result["task"], result["metric"] = metric.task, metric.headline
         result["reference"] = _task_metrics(metric, reference, labels)
         result["engine"] = _task_metrics(metric, engine, labels)
         return result
+
+
+def _max_abs_error(reference, engine):
+    """Return the largest absolute difference of two outputs (infinite when shapes differ)."""
+    reference = np.asarray(reference, dtype=np.float64)
+    engine = np.asarray(engine, dtype=np.float64)
+    if reference.shape != engine.shape:
+        return float("inf")
+    return float(np.abs(reference - engine).max()) if reference.size else 0.0
 
 
 def _task_metrics(metric, outputs, labels):
@@ -148,14 +173,14 @@ def _task_metrics(metric, outputs, labels):
 
 
 def reference_runner(model_path):
-    """Return (input name, run(feeds) -> outputs) of the FP32 source: ONNX Runtime on the CPU,
-    or PyTorch eager for a torch.export program (.pt2)."""
+    """Return (input metas, run(feeds) -> outputs) of the FP32 source: ONNX Runtime on the
+    CPU, or PyTorch eager for a torch.export program (.pt2)."""
     if str(model_path).endswith(".pt2"):
         return _eager_runner(model_path)
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return session.get_inputs()[0].name, lambda feeds: session.run(None, feeds)
+    return list(session.get_inputs()), lambda feeds: session.run(None, feeds)
 
 
 def _eager_runner(model_path):
@@ -164,7 +189,7 @@ def _eager_runner(model_path):
     from workers.backends.torch_aoti import input_metas_from_pt2
 
     module = torch.export.load(str(model_path)).module()
-    name = input_metas_from_pt2(model_path)[0].name
+    metas = input_metas_from_pt2(model_path)
 
     def run(feeds):
         with torch.inference_mode():
@@ -172,20 +197,44 @@ def _eager_runner(model_path):
         outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         return [output.float().numpy() for output in outputs]
 
-    return name, run
+    return metas, run
 
 
-def evaluate(run_engine, model_path, dataset_path, params, progress=None, should_stop=None):
-    """Compare run_engine(feeds) -> outputs with the FP32 source on a dataset; return metrics."""
-    inputs, labels = _load_dataset(dataset_path, int(params.get("max_samples") or 1000))
+def evaluate(
+    run_engine, model_path, dataset_path, params, progress=None, should_stop=None, model_io=None
+):
+    """Compare run_engine(feeds) -> outputs with the FP32 source on a dataset; return metrics.
+
+    model_io (the job's) says what the model takes; without it, the source's own inputs.
+    The params' batch_size, when given, is the batch fed; else the model's default.
+    """
+    metas, run_reference = reference_runner(model_path)
+    source = model_feeds.input_specs(model_io or metas)
+    arrays, labels = model_feeds.load_dataset(
+        dataset_path, source, int(params.get("max_samples") or 1000), what="evaluation"
+    )
     metric = task_of(params, labels)
-    input_name, run_reference = reference_runner(model_path)
-    comparison = Comparison()
-    for index, sample in enumerate(inputs):
+    total, done, comparison = len(next(iter(arrays.values()))), 0, Comparison()
+    for index, (feeds, real) in enumerate(
+        model_feeds.dataset_batches(arrays, source, _batch_param(params))
+    ):
         if should_stop and should_stop():
             raise Cancelled()
-        feeds = {input_name: np.ascontiguousarray(sample[None], dtype=np.float32)}
-        comparison.add(run_reference(feeds)[0], run_engine(feeds)[0])
+        batch = model_feeds.batch_of(feeds, source)
+        comparison.add_run(run_reference(feeds), run_engine(feeds), batch, real)
+        done += real
         if progress and index % PROGRESS_EVERY == 0:
-            progress(index / len(inputs), f"evaluated {index} of {len(inputs)} samples")
+            progress(done / total, f"evaluated {done} of {total} samples")
     return comparison.result(labels, metric)
+
+
+def _batch_param(params):
+    """Return the evaluate job's batch_size param, None when not given."""
+    batch = params.get("batch_size")
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise JobError(
+            f"evaluate param batch_size must be a whole number of at least 1, got {batch!r}"
+        )
+    return batch

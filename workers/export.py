@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workers import feeds
 from workers.errors import JobError
 
 NO_TORCH = "this worker has no PyTorch: install deployhub[torch] to run export jobs"
@@ -152,11 +153,24 @@ def match_inputs(program, input_shapes):
 
 
 def random_samples(inputs, count, seed=0):
-    """Return `count` tuples of random tensors, one per input, drawn from `seed`."""
+    """Return `count` tuples of random tensors, one per input, drawn from `seed`.
+
+    The arrays are workers/feeds.py's synthetic feeds at the fixed export shapes.
+    """
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    return [tuple(_random_tensor(generator, spec) for spec in inputs) for _ in range(count)]
+    model_io = {"inputs": [_feeds_input(spec) for spec in inputs], "contract": None}
+    samples = []
+    for index in range(count):
+        fed = feeds.synthetic_feeds(model_io, seed=seed + index)
+        samples.append(tuple(torch.from_numpy(fed[spec.onnx_name]) for spec in inputs))
+    return samples
+
+
+def _feeds_input(spec):
+    """Return a program input as workers/feeds.py reads one (name, dtype, fixed shape)."""
+    dtype = str(spec.dtype).removeprefix("torch.")
+    return {"name": spec.onnx_name, "dtype": dtype, "shape": [int(dim) for dim in spec.shape]}
 
 
 def run_program(module, sample):
@@ -312,17 +326,6 @@ def _program_input(name, onnx_name, shape, meta):
             f"input {onnx_name!r} has dtype {dtype_name}; supported: {', '.join(SUPPORTED_DTYPES)}"
         )
     return ProgramInput(name=name, onnx_name=onnx_name, shape=shape, dtype=meta.dtype)
-
-
-def _random_tensor(generator, spec):
-    """Return a random tensor of the input's shape and dtype."""
-    import torch
-
-    if spec.dtype.is_floating_point:
-        return torch.randn(spec.shape, generator=generator).to(spec.dtype)
-    # Small non-negative values stay valid as indices, ids and flags.
-    high = 256 if spec.dtype == torch.uint8 else 2
-    return torch.randint(0, high, spec.shape, generator=generator).to(spec.dtype)
 
 
 def _compare_outputs(got, wanted):

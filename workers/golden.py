@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workers import feeds as model_feeds
 from workers.errors import Cancelled, JobError
 from workers.evaluate import reference_runner
 
@@ -310,21 +311,27 @@ def _pb_tensor(archive, info, names, index, role):
 # Comparison -----------------------------------------------------------------------
 
 
-def evaluate_golden(run_engine, model_path, golden_path, params, progress=None, should_stop=None):
+def evaluate_golden(
+    run_engine, model_path, golden_path, params, progress=None, should_stop=None, model_io=None
+):
     """Check an engine, then its FP32 source, on a golden file; return the golden result.
 
     params (the evaluate job's `golden`): set, input_names and output_names (the
     model's, in order), atol, rtol. The source's verdict tells a wrong engine from
-    golden pairs the source itself no longer gives.
+    golden pairs the source itself no longer gives. Each pair's inputs are fed in
+    the dtypes model_io (the job's) or, without it, the source's inputs give.
     """
     input_names, output_names = params.get("input_names"), params.get("output_names")
     if not input_names or not output_names:
         raise JobError("a golden check needs the model's input_names and output_names")
     atol = float(params.get("atol", DEFAULT_ATOL))
     rtol = float(params.get("rtol", DEFAULT_RTOL))
-    pairs = read_golden(golden_path, input_names, output_names)
+    metas, run_reference = reference_runner(model_path)
+    pairs = [
+        (model_feeds.cast_feeds(feeds, model_io or metas), expected)
+        for feeds, expected in read_golden(golden_path, input_names, output_names)
+    ]
     result = check_golden(run_engine, pairs, output_names, atol, rtol, progress, should_stop)
-    _, run_reference = reference_runner(model_path)
     reference = check_golden(run_reference, pairs, output_names, atol, rtol, None, should_stop)
     result["reference"] = {"passed": reference["passed"], "failing": reference["failing"]}
     return {"set": params.get("set"), **result}

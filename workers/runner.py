@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 30
 # Progress reaches the hub at most this often (seconds), so a user watches it move.
 PROGRESS_INTERVAL = 0.5
-ERROR_MAX_CHARS = 500
+# A job's error is one line, its message's lines joined: ONNX Runtime names the offending
+# indices and sizes on the lines after "...for the following indices".
+ERROR_MAX_CHARS = 2000
 DROPPED = "dropped"
 # The name an export job's ONNX file is uploaded under (docs/protocol.md).
 EXPORT_ARTIFACT = "onnx"
@@ -305,6 +307,11 @@ class JobRun:
         """Return the fingerprint the worker reports to the hub (override applied)."""
         return self.fingerprint or fingerprints.collect()
 
+    def model_io(self):
+        """Return what the job's model version takes and gives (its signature and input-shape
+        contract, docs/protocol.md), or None: feeds then follow the loaded model's inputs."""
+        return self.job.get("model_io") or None
+
 
 def run_benchmark(job_run, inputs):
     """Benchmark the job's model or engine input; return the protocol's benchmark result."""
@@ -319,6 +326,7 @@ def run_benchmark(job_run, inputs):
             progress=job_run.report,
             should_stop=job_run.should_stop,
             preoptimized=preoptimized,
+            model_io=job_run.model_io(),
         )
     _log_benchmark(job_run.log, result)
     result["fingerprint"] = job_run.current_fingerprint()
@@ -371,6 +379,7 @@ def _benchmark_loaded_engine(job_run, inputs, engine):
         params,
         progress=job_run.report,
         should_stop=job_run.should_stop,
+        model_io=job_run.model_io(),
     )
 
 
@@ -400,7 +409,11 @@ def run_compare(job_run, inputs):
             _compared_engine, job_run, inputs, described[name], inputs[name], params
         )
     result = side_by_side.compare(
-        loaders, params, progress=job_run.report, should_stop=job_run.should_stop
+        loaders,
+        params,
+        progress=job_run.report,
+        should_stop=job_run.should_stop,
+        model_io=job_run.model_io(),
     )
     for figures in result["engines"]:
         job_run.log.add(
@@ -434,7 +447,11 @@ def run_evaluate(job_run, inputs):
     if source.suffix != ".pt2":
         source = onnx_model_path(source, job_run.workdir / "reference")
     params = job_run.job.get("params") or {}
-    watch = {"progress": job_run.report, "should_stop": job_run.should_stop}
+    watch = {
+        "progress": job_run.report,
+        "should_stop": job_run.should_stop,
+        "model_io": job_run.model_io(),
+    }
     result = {}
     if "dataset" in inputs:
         result = evaluate(run_engine, source, inputs["dataset"], params, **watch)
@@ -552,6 +569,7 @@ def _build(job_run, backend, build_config, source, inputs):
         "source": str(source),
         "build_config": build_config,
         "workdir": str(build_dir),
+        "model_io": job_run.model_io(),
         **{name: str(path) for name, path in files.items() if path},
     }
     answer = _isolated(job_run, COMPILE_FUNCTION, kwargs, progress=job_run.report)
@@ -561,7 +579,8 @@ def _build(job_run, backend, build_config, source, inputs):
 
 
 def _smoke_test(job_run, backend, build_config, source, built):
-    """Load the built artifact and run it once on zeros in a child process, or fail the job."""
+    """Load the built artifact and run it once on synthetic inputs (workers/feeds.py) in a
+    child process, or fail the job."""
     job_run.report(0.95, "first load and inference of the built engine")
     try:
         kwargs = {
@@ -569,6 +588,7 @@ def _smoke_test(job_run, backend, build_config, source, built):
             "artifact": str(built.artifact),
             "build_config": build_config,
             "source": str(source),
+            "model_io": job_run.model_io(),
         }
         ran = _isolated(job_run, SMOKE_TEST_FUNCTION, kwargs)
     except CompileFailure as failure:
@@ -578,7 +598,7 @@ def _smoke_test(job_run, backend, build_config, source, built):
         ) from failure
     job_run.log.add(
         f"first load {ran['load_seconds']:.2f} s, one inference {ran['infer_seconds']:.3f} s "
-        f"on zeros {ran['inputs']}: outputs {ran['outputs']}"
+        f"on {ran.get('fed', 'zeros')} {ran['inputs']}: outputs {ran['outputs']}"
     )
 
 
@@ -751,9 +771,8 @@ def _trace(error):
 
 
 def _one_line(error):
-    """Return an error as one short line; name its type unless it is a JobError."""
-    lines = str(error).strip().splitlines()
-    text = lines[0] if lines else ""
+    """Return an error as one line, its lines joined; name its type unless it is a JobError."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
     if not isinstance(error, JobError):
         text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return text[:ERROR_MAX_CHARS]

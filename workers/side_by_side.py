@@ -13,9 +13,10 @@ in docs/protocol.md.
 
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from workers.benchmark import Goal, measure, random_inputs, read_number, timed_runs
+from workers import feeds as model_feeds
+from workers.benchmark import Goal, measure, read_number, timed_runs
 from workers.errors import Cancelled, JobError
 
 # What each param is and how it is read: (type, smallest value, whether it is allowed).
@@ -34,9 +35,12 @@ TIE_MARGIN = 0.02
 
 @dataclass(frozen=True)
 class Settings:
-    """How a side-by-side benchmark runs: duration_s is each engine's measured time in all."""
+    """How a side-by-side benchmark runs: duration_s is each engine's measured time in all.
 
-    batch_size: int = 1
+    batch_size None: the model's default batch (workers/feeds.py: 1 when allowed).
+    """
+
+    batch_size: int | None = None
     rounds: int = 10
     duration_s: float = 2.0
     warmup_s: float = 0.5
@@ -53,12 +57,13 @@ def read_settings(params):
     return Settings(**values)
 
 
-def compare(loaders, params, progress=None, should_stop=None):
+def compare(loaders, params, progress=None, should_stop=None, model_io=None):
     """Load every engine, time them side by side, and return the figures, fastest first.
 
     loaders maps a name (an engine id) to a zero-argument callable returning
     something with run(None, feeds) and get_inputs(), as benchmark_session takes.
-    Every engine is fed the same random batch, made for the first one's inputs.
+    Every engine is fed the same random batch, made from model_io (the job's), or
+    for the first engine's inputs without it.
     """
     if len(loaders) < 2:
         raise JobError(f"a side-by-side benchmark needs two engines or more, got {len(loaders)}")
@@ -69,7 +74,10 @@ def compare(loaders, params, progress=None, should_stop=None):
     for index, (name, load) in enumerate(loaders.items()):
         report(0.05 * index / len(loaders), f"loading engine {name}")
         sessions[name] = load()
-    feeds = random_inputs(list(next(iter(sessions.values())).get_inputs()), settings.batch_size)
+    specs = model_feeds.input_specs(model_io or list(next(iter(sessions.values())).get_inputs()))
+    if settings.batch_size is None:
+        settings = replace(settings, batch_size=model_feeds.default_batch(specs))
+    feeds = model_feeds.synthetic_feeds(specs, settings.batch_size, settings.seed)
     calls = {name: _call(session, feeds) for name, session in sessions.items()}
     counts, medians = time_in_rounds(calls, settings, report, stop)
     report(1.0, "done")

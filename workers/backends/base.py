@@ -101,8 +101,11 @@ class Backend(abc.ABC):
         """Compile the ONNX model at source into workdir; return a CompileResult.
 
         timing_cache is an earlier build's cache to start from; calibration an
-        `.npz` whose `inputs` (float32, N x ..., preprocessed) calibrate INT8;
-        progress, when given, is called as progress(fraction, message).
+        `.npz` of preprocessed samples that calibrate INT8 (`inputs`, or one array
+        per model input; workers/feeds.py reads both); progress, when given, is
+        called as progress(fraction, message). A backend that calibrates also
+        takes model_io (the version's signature and contract), given with the
+        calibration data.
         """
 
     @abc.abstractmethod

@@ -109,6 +109,7 @@ MODULE = "workers.backends.isolate"
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the workers package
 LOG_MAX_CHARS = 2_000_000
 MESSAGE_MAX_CHARS = 300
+ERROR_MAX_CHARS = 2000
 POLL_SECONDS = 0.1
 
 
@@ -158,14 +159,27 @@ def run_isolated(fn_path, kwargs, *, timeout, progress=None, should_stop=None):
 
 
 def compile_backend(
-    backend, source, build_config, workdir, timing_cache=None, calibration=None, progress=None
+    backend,
+    source,
+    build_config,
+    workdir,
+    timing_cache=None,
+    calibration=None,
+    progress=None,
+    model_io=None,
 ):
-    """Compile with the named backend (in the child); return the CompileResult as JSON."""
+    """Compile with the named backend (in the child); return the CompileResult as JSON.
+
+    model_io (the job's signature and contract) goes with the calibration data: the
+    backends that calibrate feed it through workers/feeds.py.
+    """
     from workers.backends import registry
 
     files = {"timing_cache": timing_cache, "calibration": calibration}
     # Only the files there are: a backend written before one of them need not accept it.
     extra = {name: Path(path) for name, path in files.items() if path}
+    if calibration and model_io:
+        extra["model_io"] = model_io
     started = time.monotonic()
     built = registry.require(backend)().compile(
         Path(source), build_config, Path(workdir), progress=progress, **extra
@@ -173,12 +187,16 @@ def compile_backend(
     return {**compile_result_json(built), "seconds": round(time.monotonic() - started, 3)}
 
 
-def smoke_test(backend, artifact, build_config, source):
-    """Load a built artifact and run one inference on zeros (in the child); return what ran."""
+def smoke_test(backend, artifact, build_config, source, model_io=None):
+    """Load a built artifact and run one inference (in the child); return what ran.
+
+    The feeds are synthetic (workers/feeds.py), from model_io when the job has one,
+    else from the source's declared inputs.
+    """
     from workers.backends import registry
 
     runner = registry.require(backend)()
-    feeds = zero_feeds_pt2(source) if Path(source).suffix == ".pt2" else zero_feeds(source)
+    feeds = smoke_feeds(source, model_io)
     started = time.monotonic()
     handle = runner.load(Path(artifact), build_config)
     loaded = time.monotonic()
@@ -186,36 +204,22 @@ def smoke_test(backend, artifact, build_config, source):
     return {
         "load_seconds": round(loaded - started, 3),
         "infer_seconds": round(time.monotonic() - loaded, 3),
+        "fed": "synthetic inputs",
         "inputs": {name: list(array.shape) for name, array in feeds.items()},
         "outputs": [list(getattr(output, "shape", ())) for output in outputs],
     }
 
 
-def zero_feeds_pt2(source):
-    """Return {input name: zeros} for a torch.export program's inputs, symbolic dims as 1."""
-    from workers.backends.torch_aoti import input_metas_from_pt2
-    from workers.benchmark import random_inputs
+def smoke_feeds(source, model_io=None):
+    """Return the synthetic feeds of a smoke test, at the model's default batch; a symbolic
+    axis without a range in the contract is fed at size 1."""
+    from workers import feeds
 
-    feeds = random_inputs(input_metas_from_pt2(source, 1), 1)
-    return {name: array * 0 for name, array in feeds.items()}
+    if not model_io and Path(source).suffix == ".pt2":
+        from workers.backends.torch_aoti import input_metas_from_pt2
 
-
-def zero_feeds(source):
-    """Return {input name: zeros} for an ONNX model's inputs, symbolic dimensions as 1."""
-    import numpy as np
-    import onnx
-    from onnx.helper import tensor_dtype_to_np_dtype
-
-    graph = onnx.load(str(source), load_external_data=False).graph
-    weights = {tensor.name for tensor in graph.initializer}
-    feeds = {}
-    for value in graph.input:
-        if value.name in weights:
-            continue
-        tensor = value.type.tensor_type
-        shape = [dim.dim_value if dim.dim_value > 0 else 1 for dim in tensor.shape.dim]
-        feeds[value.name] = np.zeros(shape, dtype=tensor_dtype_to_np_dtype(tensor.elem_type))
-    return feeds
+        model_io = input_metas_from_pt2(source)
+    return feeds.synthetic_feeds(model_io or feeds.model_io_from_onnx(source), unsized=1)
 
 
 def compile_result_json(built):
@@ -360,7 +364,7 @@ def _message(error, log, exit_code, timed_out, timeout):
         text = (
             error["message"] if error.get("job_error") else f"{error['type']}: {error['message']}"
         )
-        return _first_line(text)
+        return _joined(text)
     if exit_code is not None and exit_code < 0:
         return f"the child process crashed: {_signal_name(-exit_code)}"
     last = _first_line(log.strip().splitlines()[-1]) if log.strip() else ""
@@ -373,6 +377,16 @@ def _signal_name(number):
         return f"{signal.Signals(number).name} ({signal.strsignal(number)})"
     except ValueError:
         return f"signal {number}"
+
+
+def _joined(text):
+    """Return text's non-empty lines joined into one, shortened to ERROR_MAX_CHARS.
+
+    ONNX Runtime says which indices and sizes are wrong on the lines after
+    "...for the following indices": the first line alone would lose them.
+    """
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " ".join(lines)[:ERROR_MAX_CHARS]
 
 
 def _first_line(text):

@@ -155,14 +155,19 @@ class OnnxRuntimeBackend(Backend):
         timing_cache=None,
         calibration=None,
         progress=None,
+        model_io=None,
     ):
-        """Quantise or convert as the precision asks, then optimise for the provider."""
+        """Quantise or convert as the precision asks, then optimise for the provider.
+
+        model_io (the version's signature and contract) says how calibration feeds the model.
+        """
         import onnxruntime as ort
 
         self.check_config(build_config)
         provider, level = provider_of(build_config), level_of(build_config)
         _check_provider(ort, provider)
         build = _Build(Path(source), Path(workdir), progress or _ignore_progress)
+        build.model_io = model_io
         build.note(
             f"onnxruntime {ort.__version__}, {provider}, precision {precision_of(build_config)}"
         )
@@ -202,6 +207,7 @@ class _Build(BuildLog):
     def __init__(self, source, workdir, progress):
         super().__init__(progress)
         self.source, self.workdir = source, workdir
+        self.model_io = None
 
 
 def provider_of(build_config):
@@ -391,7 +397,7 @@ def _quantize_int8(build, build_config, calibration):
         model = _preprocess(build, folder, external)
     else:
         build.note("quant_pre_process skipped (preprocess false): expect unfused nodes")
-    reader = _calibration_reader(model, calibration, build_config)
+    reader = _calibration_reader(model, calibration, build_config, build.model_io)
     build.note(f"calibration: {len(reader)} samples of {reader.input_name}")
     quantized = folder / "quantized.onnx"
     with build.stage(0.4, f"quantising to int8 ({_describe_int8(build_config)})"):
@@ -440,47 +446,37 @@ def _describe_int8(build_config):
 
 
 class CalibrationReader:
-    """Feed calibration samples one at a time to quantize_static (its CalibrationDataReader)."""
+    """Feed calibration batches to quantize_static (its CalibrationDataReader): each a dict
+    of every model input, made by workers/feeds.py."""
 
-    def __init__(self, input_name, samples):
-        self.input_name, self.samples, self.index = input_name, samples, 0
+    def __init__(self, batches, samples, input_names):
+        self.batches, self.samples, self.index = batches, samples, 0
+        self.input_name = ", ".join(input_names)
 
     def get_next(self):
-        """Return the next {input name: batch of one}, None when every sample was read."""
-        if self.index >= len(self.samples):
+        """Return the next {input name: batch}, None when every batch was read."""
+        if self.index >= len(self.batches):
             return None
         self.index += 1
-        return {self.input_name: self.samples[self.index - 1 : self.index]}
+        return self.batches[self.index - 1]
 
     def __len__(self):
-        return len(self.samples)
+        return self.samples
 
 
-def _calibration_reader(model, calibration, build_config):
-    """Return a CalibrationReader over the npz's inputs, for the model's one input."""
-    import numpy as np
+def _calibration_reader(model, calibration, build_config, model_io=None):
+    """Return a CalibrationReader over the calibration dataset, at the model's default batch.
 
-    try:
-        with np.load(calibration, allow_pickle=False) as data:
-            samples = data["inputs"]
-    except (OSError, ValueError, KeyError) as error:
-        raise JobError(f"the calibration dataset is not an .npz with 'inputs': {error}") from error
+    model_io (the job's) says what the model takes; without it, the model's graph inputs.
+    """
+    from workers import feeds
+
+    specs = feeds.input_specs(model_io or feeds.model_io_from_onnx(model))
     count = int8_setting(build_config, "calibration_samples")
-    names = _graph_input_names(model)
-    if len(names) != 1:
-        raise JobError(f"int8 calibration feeds models with one input; this one has {names}")
-    if len(samples) == 0:
-        raise JobError("the calibration dataset has no samples")
-    return CalibrationReader(names[0], np.ascontiguousarray(samples[:count], dtype=np.float32))
-
-
-def _graph_input_names(path):
-    """Return the names of a model's graph inputs that are not initializers."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    weights = {tensor.name for tensor in graph.initializer}
-    return [value.name for value in graph.input if value.name not in weights]
+    arrays, _ = feeds.load_dataset(calibration, specs, count, what="calibration")
+    batches = list(feeds.dataset_batches(arrays, specs))
+    samples = sum(real for _, real in batches)
+    return CalibrationReader([fed for fed, _ in batches], samples, [s.name for s in specs])
 
 
 def _convert_fp16(build):

@@ -150,8 +150,12 @@ class OpenVinoBackend(Backend):
         timing_cache=None,
         calibration=None,
         progress=None,
+        model_io=None,
     ):
-        """Convert the ONNX model, quantise it for int8, compile it; zip the IR and the blob."""
+        """Convert the ONNX model, quantise it for int8, compile it; zip the IR and the blob.
+
+        model_io (the version's signature and contract) says how calibration feeds the model.
+        """
         import openvino as ov
 
         self.check_config(build_config)
@@ -164,7 +168,7 @@ class OpenVinoBackend(Backend):
         quantised = ""
         if precision_of(config) == "int8":
             report(0.3, "quantising to int8 with NNCF")
-            model, quantised = _quantise(model, calibration, config)
+            model, quantised = _quantise(model, calibration, config, model_io, source)
         ov.save_model(model, str(workdir / IR_FILE), compress_to_fp16=False)
         report(0.6, f"compiling for {device} with {compile_properties(config)}")
         compiled = core.compile_model(model, device, compile_properties(config))
@@ -314,54 +318,47 @@ def _check_device_here(core, device, precision):
         raise JobError(NO_BF16 if device == DEFAULT_DEVICE else f"the {device} plugin has no bf16")
 
 
-def _quantise(model, calibration, config):
-    """Return the model quantised to INT8 by NNCF on the calibration samples, and a log line."""
+def _quantise(model, calibration, config, model_io, source):
+    """Return the model quantised to INT8 by NNCF on the calibration samples, and a log line.
+
+    The samples are fed as workers/feeds.py batches them for model_io (the job's; without
+    it, the ONNX source's inputs): every input, at the model's default batch.
+    """
     import nncf
 
-    samples = _calibration_samples(calibration, model)
     asked = config.get("calibration_samples", INT8_DEFAULTS["calibration_samples"])
+    batches, used, available = _calibration_batches(calibration, model_io, source, asked)
     preset = config.get("preset", INT8_DEFAULTS["preset"])
     fast = config.get("fast_bias_correction", INT8_DEFAULTS["fast_bias_correction"])
-    used = min(asked, len(samples))
     quantised = nncf.quantize(
         model,
-        nncf.Dataset(samples, _batch_of_one),
+        nncf.Dataset(batches),  # each item is already {input name: batch}
         preset=getattr(nncf.QuantizationPreset, PRESETS[preset]),
-        subset_size=used,
+        subset_size=len(batches),
         fast_bias_correction=fast,
     )
     line = (
         f"int8: NNCF {nncf.__version__} post-training quantisation, preset {preset}, "
-        f"{used} calibration samples (asked {asked}, the dataset has {len(samples)}), "
-        f"{'fast' if fast else 'full'} bias correction"
+        f"{used} calibration samples (asked {asked}, the dataset has {available}) in "
+        f"{len(batches)} batches, {'fast' if fast else 'full'} bias correction"
     )
     return quantised, line
 
 
-def _calibration_samples(calibration, model):
-    """Return the calibration dataset's inputs, checked against the model's one input."""
+def _calibration_batches(calibration, model_io, source, asked):
+    """Return (the calibration feeds, samples in them, samples in the dataset)."""
     import numpy as np
-    import openvino as ov
+
+    from workers import feeds
 
     if calibration is None:
         raise JobError(f"{NO_CALIBRATION}: upload one (kind calibration) and build again")
-    if len(model.inputs) != 1:
-        raise JobError(f"int8 calibration feeds one input; this model has {len(model.inputs)}")
-    with np.load(calibration, allow_pickle=False) as data:
-        if "inputs" not in data:
-            raise JobError("the calibration dataset holds no 'inputs' array")
-        samples = data["inputs"].astype(np.float32, copy=False)
-    expected = model.inputs[0].get_partial_shape()
-    if len(samples) == 0 or not expected.compatible(ov.PartialShape([1, *samples.shape[1:]])):
-        raise JobError(
-            f"the calibration samples are {list(samples.shape)}; the model takes {expected}"
-        )
-    return samples
-
-
-def _batch_of_one(sample):
-    """Return one calibration sample as a batch of one."""
-    return sample[None]
+    specs = feeds.input_specs(model_io or feeds.model_io_from_onnx(source))
+    arrays, _ = feeds.load_dataset(calibration, specs, what="calibration")
+    available = len(next(iter(arrays.values())))
+    arrays = {name: np.ascontiguousarray(array[:asked]) for name, array in arrays.items()}
+    batches = list(feeds.dataset_batches(arrays, specs))
+    return [fed for fed, _ in batches], sum(real for _, real in batches), available
 
 
 def _export_blob(compiled, workdir):

@@ -99,8 +99,13 @@ class TensorRTBackend(Backend):
         timing_cache=None,
         calibration=None,
         progress=None,
+        model_io=None,
     ):
-        """Parse the ONNX model, build and serialise an engine into workdir/engine.plan."""
+        """Parse the ONNX model, build and serialise an engine into workdir/engine.plan.
+
+        model_io (the version's signature and contract) gives calibration the contract
+        when the build config carries none.
+        """
         self.check_config(build_config)
         if plan.needs_calibration(build_config) and calibration is None:
             raise JobError(NO_CALIBRATION)
@@ -109,7 +114,7 @@ class TensorRTBackend(Backend):
         build.parse()
         build.configure(timing_cache)
         if plan.needs_calibration(build_config):
-            build.calibrate(Path(calibration))
+            build.calibrate(Path(calibration), model_io)
         build.build()
         return build.result()
 
@@ -175,38 +180,32 @@ class _Build:
         self._add_profiles()
         self._use_timing_cache(timing_cache)
 
-    def calibrate(self, dataset):
+    def calibrate(self, dataset, model_io=None):
         """Attach an entropy calibrator over the dataset; its cache goes to calibration.cache.
 
-        A calibration.cache already in workdir (an earlier build's, for the same
-        model, dataset and TensorRT version) is read instead of calibrating again.
+        The batches are made by workers/feeds.py (plan.calibration_feeds) for every
+        network input. A calibration.cache already in workdir (an earlier build's, for
+        the same model, dataset and TensorRT version) is read instead of calibrating again.
         """
         import numpy as np
 
         inputs = self.network_inputs()
-        if len(inputs) != 1:
-            raise JobError(
-                f"shape_or_contract: int8 calibration feeds models with one input; this one has "
-                f"{[spec['name'] for spec in inputs]}"
-            )
-        samples = _calibration_samples(np, dataset)
-        spec = inputs[0]
-        fixed = spec["shape"][0] if spec["shape"] and spec["shape"][0] > 0 else None
+        for index, spec in enumerate(inputs):
+            spec["dtype"] = np.dtype(self.trt.nptype(self.network.get_input(index).dtype)).name
+        contract = self.build_config.get("contract") or (model_io or {}).get("contract")
         settings = plan.resolved(self.build_config)
-        batch, count = plan.calibration_plan(len(samples), settings["calibration_samples"], fixed)
-        dtype = self.trt.nptype(self.network.get_input(0).dtype)
-        batches = [
-            {spec["name"]: np.ascontiguousarray(samples[i * batch : (i + 1) * batch], dtype=dtype)}
-            for i in range(count)
-        ]
-        if any(dim < 0 for dim in spec["shape"]):
-            self._set_calibration_profile(spec["name"], (batch, *samples.shape[1:]))
+        batch, batches, shapes = plan.calibration_feeds(
+            dataset, plan.network_model_io(inputs, contract), settings["calibration_samples"]
+        )
+        dynamic = {spec["name"] for spec in inputs if any(dim < 0 for dim in spec["shape"])}
+        if dynamic:
+            self._set_calibration_profile({name: shapes[name] for name in dynamic})
         cache = self.workdir / CALIBRATION_CACHE_FILE
         self.calibrator = _entropy_calibrator(self.trt, batches, batch, cache)
         self.config.int8_calibrator = self.calibrator
         self.notes.append(
-            f"int8 calibration: {batch * count} samples in {count} batches of {batch} "
-            f"(IInt8EntropyCalibrator2), cache {cache.name}"
+            f"int8 calibration: {batch * len(batches)} samples in {len(batches)} batches of "
+            f"{batch} (IInt8EntropyCalibrator2), cache {cache.name}"
         )
 
     def build(self):
@@ -259,10 +258,12 @@ class _Build:
                 raise plan.build_error(self.logger.errors, doing="add the optimisation profile")
         self.notes += plan.describe_profiles(profiles) or ["no optimisation profile: static shapes"]
 
-    def _set_calibration_profile(self, name, shape):
-        """Calibrate at one shape: TensorRT calibrates dynamic networks at a profile's opt."""
+    def _set_calibration_profile(self, shapes):
+        """Calibrate at one shape per dynamic input: TensorRT calibrates dynamic networks at a
+        profile's opt."""
         profile = self.builder.create_optimization_profile()
-        profile.set_shape(name, shape, shape, shape)
+        for name, shape in shapes.items():
+            profile.set_shape(name, shape, shape, shape)
         self.config.set_calibration_profile(profile)
 
     def _use_timing_cache(self, path):
@@ -424,18 +425,6 @@ def _optional(error, method):
     """Return a parser error field TensorRT 10 added, None on a release without it."""
     read = getattr(error, method, None)
     return read() if read else None
-
-
-def _calibration_samples(np, dataset):
-    """Return the `inputs` array of a calibration .npz."""
-    try:
-        with np.load(dataset, allow_pickle=False) as data:
-            samples = data["inputs"]
-    except (OSError, ValueError, KeyError) as error:
-        raise JobError(f"the calibration dataset is not an .npz with 'inputs': {error}") from error
-    if len(samples) == 0:
-        raise JobError("the calibration dataset has no samples")
-    return samples
 
 
 def _entropy_calibrator(trt, batches, batch_size, cache):

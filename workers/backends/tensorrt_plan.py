@@ -266,6 +266,63 @@ def calibration_plan(sample_count, calibration_samples, fixed_batch=None):
     return batch, used // batch
 
 
+def network_model_io(network_inputs, contract=None):
+    """Return the model_io (workers/feeds.py) of a network's inputs, [{"name", "shape",
+    "dtype"}] with -1 for a dynamic dim and a numpy dtype name, under the contract."""
+    return {
+        "inputs": [
+            {
+                "name": spec["name"],
+                "dtype": spec["dtype"],
+                "shape": [dim if _is_fixed(dim) else None for dim in _dims(spec)],
+            }
+            for spec in network_inputs
+        ],
+        "contract": contract if isinstance(contract, dict) else None,
+    }
+
+
+def calibration_batch(allowed, used):
+    """Return the batch to calibrate at: the largest allowed size up to CALIBRATION_BATCH and
+    the samples there are, else the smallest allowed."""
+    fitting = [size for size in allowed if size <= min(CALIBRATION_BATCH, used)]
+    return max(fitting) if fitting else min(allowed)
+
+
+def calibration_feeds(dataset, model_io, calibration_samples):
+    """Return (batch, [{input name: batch array}], {input name: shape fed}) to calibrate with.
+
+    The dataset's samples are read and batched by workers/feeds.py for every input of
+    model_io (network_model_io's), at a batch the contract or the network allows;
+    a last partial batch is left out (calibration_plan).
+    """
+    from workers import feeds
+
+    specs = feeds.input_specs(model_io)
+    arrays, _ = feeds.load_dataset(dataset, specs, what="calibration")
+    specs = feeds.fitted(specs, arrays)
+    used = min(len(next(iter(arrays.values()))), calibration_samples)
+    allowed = feeds.common_batches(specs)
+    batch = 1
+    if any(spec.batched for spec in specs):
+        feeds.default_batch(specs)  # raises when no batch size suits every input
+        batch = calibration_batch(allowed if isinstance(allowed, list) else _capped(allowed), used)
+    rows, batch = feeds.rows_per_run(specs, batch)
+    _, count = calibration_plan(used, calibration_samples, rows)
+    batches = []
+    for fed, _real in feeds.dataset_batches(arrays, specs, batch):
+        if len(batches) == count:
+            break
+        batches.append(fed)
+    shapes = {name: tuple(array.shape) for name, array in batches[0].items()}
+    return batch, batches, shapes
+
+
+def _capped(allowed):
+    """Return a range of batch sizes cut to the ones calibration could use."""
+    return range(allowed.start, min(allowed.stop, allowed.start + CALIBRATION_BATCH + 1))
+
+
 def calibration_fields(tensorrt_version, model_sha256, dataset_sha256, calibration_samples):
     """Return the fields a calibration cache depends on, for compat_key and cache_name.
 
