@@ -45,6 +45,7 @@ urlpatterns = [
     path("versions/<int:pk>/derive", registry_views.version_derive, name="version_derive"),
     path("versions/<int:pk>/notes", registry_views.version_notes, name="version_notes"),
     path("versions/<int:pk>/export", registry_views.version_export, name="version_export"),
+    path("versions/<int:pk>/convert", registry_views.version_convert, name="version_convert"),
     path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),
     path("versions/<int:pk>/golden", registry_views.version_golden, name="version_golden"),
     path("versions/<int:pk>/parity", parity_views.version_parity, name="version_parity"),

@@ -4,13 +4,21 @@ The worker-side conversion (workers/convert.py) on models made here; the
 version page, the API and a real worker are tested at the end of this file.
 """
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from onnx.reference import ReferenceEvaluator
 
+from deployhub.engines.preflight import preflight
+from deployhub.jobs.models import Job, JobState
+from deployhub.registry.models import ModelVersion
+from tests.conftest import PASSWORD, wait_until
 from tests.foreign_models import axis_broadcast_model, old_opset_model, sample_input
+from tests.test_registry_api import token_for
 from workers.convert import convert_onnx
 from workers.errors import JobError
 
@@ -75,3 +83,136 @@ def test_it_refuses_to_convert_a_model_to_the_opset_it_has(old_file, tmp_path):
     with pytest.raises(JobError, match="at opset 17 already: nothing to convert"):
         convert_onnx(at_17, again, {"convert_to_opset": 17})
     assert not again.exists()
+
+
+def upload(client, alice, path, name="old-zoo-model"):
+    """Upload an ONNX file as a new model through the API; return its first version."""
+    response = client.post(
+        "/api/v1/models",
+        {"name": name, "file": SimpleUploadedFile(path.name, path.read_bytes())},
+        **token_for(alice),
+    )
+    assert response.status_code == 201, response.json()
+    return ModelVersion.objects.get(pk=response.json()["version"]["id"])
+
+
+def convert_by_api(client, alice, version, body):
+    return client.post(
+        f"/api/v1/versions/{version.pk}/convert",
+        json.dumps(body),
+        content_type="application/json",
+        **token_for(alice),
+    )
+
+
+def finished(job_id, worker):
+    return wait_until(
+        lambda: (job := Job.objects.get(pk=job_id)).is_final and job,
+        120,
+        "the conversion job to finish",
+        on_timeout=worker.output,
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_an_old_opset_upload_is_converted_on_a_worker_and_then_passes_preflight(
+    client, alice, device_class, make_device, start_worker, tmp_path
+):
+    device, token = make_device()
+    worker = start_worker(device, token)
+    device.refresh_from_db()
+    path = tmp_path / "old.onnx"
+    onnx.save(old_opset_model(), str(path))
+    source = upload(client, alice, path)
+    [before] = preflight(source, device_class, ["onnxruntime"])
+    assert any("opset 6 is older than onnxruntime runs (≥ 7)" in why for why in before.fails)
+
+    answer = convert_by_api(client, alice, source, {})
+
+    assert answer.status_code == 202, answer.json()
+    assert answer.json()["opset"] == 17
+    job = finished(answer.json()["job"], worker)
+    assert job.state == JobState.SUCCEEDED, job.log + job.error
+    child = ModelVersion.objects.get(parent=source)
+    assert child.opset == 17 and child.format == "onnx"
+    assert child.export_report["source_opset"] == 6
+    assert child.export_report["max_abs_diff"] < 1e-4
+    assert child.notes.startswith(
+        f"Converted from v1 (opset 6) to opset 17 with onnx.version_converter by job #{job.pk}."
+    )
+    [after] = preflight(child, device_class, ["onnxruntime"])
+    assert not any("opset" in why for why in after.fails)
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(source.get_absolute_url()).content.decode()
+    assert f'href="{child.get_absolute_url()}"' in page and "converted to opset 17" in page
+    assert (
+        "opset 6 → 17 with onnx.version_converter"
+        in client.get(child.get_absolute_url()).content.decode()
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_conversion_the_converter_gets_wrong_fails_with_its_message_and_no_child(
+    client, alice, device_class, make_device, start_worker, tmp_path
+):
+    device, token = make_device()
+    worker = start_worker(device, token)
+    path = tmp_path / "axis.onnx"
+    onnx.save(axis_broadcast_model(), str(path))
+    source = upload(client, alice, path)
+
+    answer = convert_by_api(client, alice, source, {"opset": 13})
+
+    job = finished(answer.json()["job"], worker)
+    assert job.state == JobState.FAILED
+    assert job.failure_category == "unsupported_operator"
+    assert "onnx.version_converter could not convert opset 6 to 13" in job.error
+    assert not ModelVersion.objects.filter(parent=source).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"opset": 5}, "The opset must be a whole number from 7 to"),
+        ({"opset": "seventeen"}, "The opset must be a whole number from 7 to"),
+        ({"opset": 17, "device_class": "nowhere"}, "has no device class 'nowhere'"),
+        ([17], "The body must be a JSON object"),
+    ],
+)
+def test_the_api_refuses_a_conversion_it_cannot_queue_and_queues_nothing(
+    client, alice, version, device_class, body, message
+):
+    answer = convert_by_api(client, alice, version, body)
+
+    assert answer.status_code == 400 and message in answer.json()["error"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_version_page_offers_the_conversion_and_refuses_a_bad_opset(
+    client, alice, version, device_class
+):
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get(version.get_absolute_url()).content.decode()
+    refused = client.post(f"/versions/{version.pk}/convert", {"opset": "x"}, follow=True)
+    queued = client.post(
+        f"/versions/{version.pk}/convert", {"opset": "13", "device_class": device_class.pk}
+    )
+
+    assert 'id="convert-form"' in page and "Convert to opset" in page
+    assert "Not converted: The opset must be a whole number from 7 to" in refused.content.decode()
+    assert queued.status_code == 302
+    [job] = Job.objects.all()
+    assert job.kind == "export" and job.params["convert_to_opset"] == 13
+
+
+@pytest.mark.django_db
+def test_a_viewer_cannot_convert(client, vera, version, device_class):
+    answer = convert_by_api(client, vera, version, {})
+
+    assert answer.status_code == 403
+    assert not Job.objects.exists()

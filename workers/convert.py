@@ -67,6 +67,16 @@ def convert_onnx(source, out_path, params, progress=None):
     }
 
 
+def conversion_line(result):
+    """Return the log line that says what a conversion did and how far it strays."""
+    return (
+        f"converted opset {result['source_opset']} to {result['opset']} with "
+        f"onnx.version_converter ({result['onnx_bytes']} bytes); largest difference from the "
+        f"source ({REFERENCE}) over {result['samples']} samples: "
+        f"{result['max_abs_diff']:.3g} absolute, {result['max_rel_diff']:.3g} relative"
+    )
+
+
 def read_settings(params):
     """Return the conversion Settings from a job's params, checking them."""
     import onnx

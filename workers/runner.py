@@ -31,6 +31,7 @@ from workers.benchmark import (
     read_settings,
 )
 from workers.client import Conflict, HubError
+from workers.convert import conversion_line, convert_onnx
 from workers.errors import Cancelled, JobError
 from workers.evaluate import evaluate
 from workers.export import export_pt2_to_onnx
@@ -663,12 +664,20 @@ def onnx_model_path(path, folder):
 
 
 def run_export(job_run, inputs):
-    """Export the job's .pt2 input to ONNX, upload it; return the protocol's export result."""
+    """Export the job's .pt2 input to ONNX (or convert an ONNX input's opset), upload it.
+
+    Return the protocol's export result.
+    """
     if "model" not in inputs:
         raise JobError("an export job needs an input named 'model' (the .pt2 program)")
     params = job_run.job.get("params") or {}
     onnx_path = job_run.workdir / "export" / f"{inputs['model'].stem}.onnx"
     onnx_path.parent.mkdir()
+    if "convert_to_opset" in params:  # an ONNX version converted to another opset
+        result = convert_onnx(inputs["model"], onnx_path, params, progress=job_run.report)
+        job_run.log.add(conversion_line(result))
+        sha256 = job_run.upload(EXPORT_ARTIFACT, onnx_path)
+        return {**result, "artifact": EXPORT_ARTIFACT, "artifact_sha256": sha256}
     result = export_pt2_to_onnx(inputs["model"], onnx_path, params, progress=job_run.report)
     job_run.log.add(
         f"exported to ONNX opset {result['opset']} ({result['onnx_bytes']} bytes); "

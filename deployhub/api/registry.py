@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods
 
 from deployhub.api.views import error
 from deployhub.registry.datasets import DatasetError
-from deployhub.registry.exports import submit_export
+from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
 from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model, ModelVersion, VersionFormat
@@ -257,3 +257,39 @@ def version_golden(request, pk):
         rtol=request.POST.get("rtol"),
     )
     return JsonResponse(golden_json(golden), status=201)
+
+
+@require_http_methods(["POST"])
+@token_required
+def version_convert(request, pk):
+    """Queue the conversion of an ONNX version to {"opset": N} (17 by default): 202 and the job."""
+    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    require_role(request.user, version.team, Role.ENGINEER)
+    body = _json_object(request)
+    slug = body.get("device_class")
+    device_class = version.team.device_classes.filter(slug=slug).first() if slug else None
+    if slug and device_class is None:
+        raise BadInput(f"{version.team} has no device class {slug!r}.")
+    try:
+        job = submit_convert(version, device_class, request.user, body.get("opset"))
+    except ConversionRefused as exc:
+        raise BadInput(str(exc)) from exc
+    answer = {
+        "job": job.pk,
+        "state": job.state,
+        "opset": job.params["convert_to_opset"],
+        "device_class": job.device_class.slug,
+        "url": f"/api/v1/jobs/{job.pk}",
+    }
+    return JsonResponse(answer, status=202)
+
+
+def _json_object(request):
+    """Return the request's JSON body as a dict ({} when empty); BadInput otherwise."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadInput('The body must be a JSON object, such as {"opset": 17}.')
+    return body

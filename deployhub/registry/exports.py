@@ -1,11 +1,21 @@
-"""A PyTorch export program (.pt2) becomes an ONNX child version, through a worker's export job."""
+"""ONNX children made by a worker's export job: a .pt2 exported, or an ONNX file's opset converted.
 
+Either way the worker uploads one ONNX file with a report of how far it strays
+from its source, and the hub stores it as a child version of the job's version.
+"""
+
+import onnx
 from django.conf import settings
 
 from deployhub.jobs.errors import ResultRejected
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
+from workers.convert import CONVERT_OPSET, MIN_OPSET
+
+
+class ConversionRefused(ValueError):
+    """A conversion cannot be queued as asked; the message says why."""
 
 
 def export_params(version):
@@ -28,6 +38,47 @@ def submit_export(version, device_class, user):
         model_version=version,
         params=export_params(version),
     )
+
+
+def convert_params(version, opset):
+    """Return the job params that convert a version to opset, its inputs shaped by the contract."""
+    contract = version.contract or {}
+    shapes = concrete_shapes(contract) if contract.get("inputs") else {}
+    return {"convert_to_opset": opset, "input_shapes": shapes}
+
+
+def submit_convert(version, device_class, user, opset=None):
+    """Queue the conversion of an ONNX version to another opset; raise ConversionRefused."""
+    from deployhub.jobs.actions import submit_job
+
+    opset = _opset(version, CONVERT_OPSET if opset in (None, "") else opset)
+    device_class = device_class or version.team.device_classes.first()
+    if device_class is None:
+        raise ConversionRefused("No device class to convert on: register one, then convert.")
+    return submit_job(
+        team=version.team,
+        kind="export",
+        device_class=device_class,
+        user=user,
+        model_version=version,
+        params=convert_params(version, opset),
+    )
+
+
+def _opset(version, asked):
+    """Return the opset asked for as an int, refusing what cannot be converted to."""
+    if not version.is_onnx:
+        raise ConversionRefused("Only an ONNX version has an opset to convert.")
+    newest = onnx.defs.onnx_opset_version()
+    try:
+        opset = int(str(asked).strip())
+    except ValueError:
+        opset = None
+    if opset is None or isinstance(asked, bool) or not MIN_OPSET <= opset <= newest:
+        raise ConversionRefused(f"The opset must be a whole number from {MIN_OPSET} to {newest}.")
+    if opset == version.opset:
+        raise ConversionRefused(f"{version} is at opset {opset} already: nothing to convert.")
+    return opset
 
 
 def _exported_artifact(job, result):
@@ -69,13 +120,14 @@ def _save_child(job, artifact, info, path, result):
     from deployhub.registry.uploads import VERSION_FIELDS, save_version
 
     parent = job.model_version
+    converted = "source_opset" in result
     version = ModelVersion(
         model=parent.model,
         sha256=artifact.sha256,
         size=artifact.size,
         parent=parent,
-        original_filename=f"{parent.model.name}-v{parent.number}.onnx",
-        notes=f"Exported from v{parent.number} by job #{job.pk}.",
+        original_filename=_child_filename(parent, result if converted else None),
+        notes=_conversion_notes(job, result) if converted else _export_notes(job),
         preprocessing=parent.preprocessing,
         contract=_child_contract(parent, info["inputs"]),
         export_report=result,
@@ -84,3 +136,29 @@ def _save_child(job, artifact, info, path, result):
     )
     version.format = VersionFormat.ONNX
     return save_version(version, path, move=False)
+
+
+def _child_filename(parent, conversion):
+    """Return the child's display filename: <model>-v<n>.onnx, or -opset<N> for a conversion."""
+    suffix = f"-opset{conversion['opset']}" if conversion else ""
+    return f"{parent.model.name}-v{parent.number}{suffix}.onnx"
+
+
+def _export_notes(job):
+    return f"Exported from v{job.model_version.number} by job #{job.pk}."
+
+
+def _conversion_notes(job, result):
+    """Say what the conversion did and how far the converted model strays from its source."""
+    return (
+        f"Converted from v{job.model_version.number} (opset {result.get('source_opset')}) "
+        f"to opset {result.get('opset')} with onnx.version_converter by job #{job.pk}. "
+        f"Largest difference from the source on {result.get('samples')} random inputs: "
+        f"{_number(result.get('max_abs_diff'))} absolute, {_number(result.get('max_rel_diff'))} "
+        "relative (the source run by the ONNX reference evaluator, the converted model by "
+        "ONNX Runtime)."
+    )
+
+
+def _number(value):
+    return f"{value:.3g}" if isinstance(value, int | float) else "unknown"

@@ -17,7 +17,7 @@ from deployhub.engines.preflight import preflight_grid
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.diff import diff_versions
-from deployhub.registry.exports import submit_export
+from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
 from deployhub.registry.forms import (
     DatasetForm,
     DeriveVersionForm,
@@ -270,6 +270,25 @@ def version_export(request, pk):
     device_class = version.team.device_classes.filter(pk=request.POST.get("device_class")).first()
     _queue_export(request, version, device_class)
     return redirect(version)
+
+
+@login_required
+@require_POST
+def version_convert(request, pk):
+    """Queue the conversion of an ONNX version to another opset (a derived child version)."""
+    version = _get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    device_class = version.team.device_classes.filter(pk=request.POST.get("device_class")).first()
+    try:
+        job = submit_convert(version, device_class, request.user, request.POST.get("opset"))
+    except ConversionRefused as exc:
+        messages.error(request, f"Not converted: {exc}")
+        return redirect(f"{version.get_absolute_url()}#lineage")
+    opset = job.params["convert_to_opset"]
+    messages.info(
+        request, f"Conversion to opset {opset} queued on {job.device_class} as job #{job.pk}."
+    )
+    return redirect(f"{version.get_absolute_url()}#lineage")
 
 
 @login_required
