@@ -114,3 +114,19 @@ def test_its_pages_say_nothing_was_quantised_and_why_it_was_left_out(run, client
     assert "left out: nothing quantised" in auto_page
     for page in (auto_page, engine_page, version_page):
         assert "this int8 build runs in float, as the fp32 build does" in page
+
+
+def test_its_results_report_and_api_flag_it_too(run, client, alice):
+    from tests.test_registry_api import token_for
+
+    int8 = measured_build(run, "int8", p50=9.0, quantized_nodes=0)
+    version = run.model_version
+    client.login(username="alice", password=PASSWORD)
+
+    report = client.get(f"/models/{version.model_id}/report.html").content.decode()
+    results = client.get(f"/versions/{version.pk}/results").content.decode()
+    answer = client.get(f"/api/v1/engines/{int8.engine.pk}", **token_for(alice)).json()
+
+    assert 'class="badge orange nothing-quantised"' in report
+    assert 'class="badge orange nothing-quantised"' in results
+    assert answer["quantised_nothing"] is True

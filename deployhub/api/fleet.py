@@ -50,6 +50,7 @@ def engine_json(engine):
         "status": engine.status,
         "status_reason": engine.status_reason,
         "accuracy_flags": engine.accuracy_flags,
+        "quantised_nothing": engine.quantised_nothing,
         "release_gates": [gate.as_json() for gate in release_gates(engine)],
         "tool_versions": engine.tool_versions,
         "build_seconds": engine.build_seconds,
