@@ -7,7 +7,8 @@ COPY deployhub ./deployhub
 COPY workers ./workers
 COPY templates ./templates
 COPY static ./static
-ARG EXTRAS=web,worker
+# The CPU device worker runs every CPU backend auto mode uses, as `make run`'s does.
+ARG EXTRAS=web,worker,openvino
 RUN pip install ".[${EXTRAS}]"
 RUN useradd --create-home deployhub && mkdir -p /data && chown deployhub /data
 USER deployhub

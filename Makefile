@@ -1,47 +1,53 @@
 # DeployHub: `make run` starts the product, `make test` runs the whole suite.
+#
+# Two environments, built by one recipe (scripts/venv.sh): `.venv` is the product, what
+# `make run` installs (the hub and a CPU device worker with every CPU backend auto mode
+# uses); `.venv-test` adds the test tools (torch for export jobs, pytest, Playwright).
+# `make test` builds both, so tests/test_default_install.py proves builds in `.venv` itself.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+export PYTHON
 VENV := .venv
+TEST_VENV := .venv-test
 PY := $(VENV)/bin/python
+TEST_PY := $(TEST_VENV)/bin/python
+EXTRAS_run := web,worker,openvino
+EXTRAS_test := web,worker,openvino,torch,dev
 
 .PHONY: run test bench bench-gpu lint format demo-assets clean
-.PRECIOUS: $(VENV)/.installed-%
 
-# `make run` needs the hub and a CPU worker; the tests also need torch (export jobs) and dev tools.
-$(VENV)/.installed-%: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS_$*)]"
-	touch $@
+$(VENV)/.installed-run: pyproject.toml scripts/venv.sh
+	scripts/venv.sh $(VENV) $(EXTRAS_run) $@
 
-EXTRAS_run := web,worker
-EXTRAS_test := web,worker,torch,openvino,dev
+$(TEST_VENV)/.installed-test: pyproject.toml scripts/venv.sh
+	scripts/venv.sh $(TEST_VENV) $(EXTRAS_test) $@
 
 run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
 
-test: $(VENV)/.installed-test
+# The suite runs from .venv-test; tests that must run in the product start .venv's Python.
+test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	$(PY) -m pytest
+	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest
 
-bench: $(VENV)/.installed-test
+bench: $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	$(PY) bench/run.py
+	$(TEST_PY) bench/run.py
 
 # ResNet-50 on an NVIDIA GPU (needs torch with CUDA there); says NOT RUN anywhere else.
-bench-gpu: $(VENV)/.installed-test
-	$(PY) bench/gpu.py
+bench-gpu: $(TEST_VENV)/.installed-test
+	$(TEST_PY) bench/gpu.py
 
-lint: $(VENV)/.installed-test
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+lint: $(TEST_VENV)/.installed-test
+	$(TEST_PY) -m ruff check .
+	$(TEST_PY) -m ruff format --check .
 
-format: $(VENV)/.installed-test
-	$(PY) -m ruff check --fix .
-	$(PY) -m ruff format .
+format: $(TEST_VENV)/.installed-test
+	$(TEST_PY) -m ruff check --fix .
+	$(TEST_PY) -m ruff format .
 
-# Needs torch and scikit-learn (not part of `make run`): regenerates deployhub/demo/assets/.
-demo-assets:
-	$(PY) scripts/make_demo_assets.py
+# Needs torch (not part of `make run`): regenerates deployhub/demo/assets/.
+demo-assets: $(TEST_VENV)/.installed-test
+	$(TEST_PY) scripts/make_demo_assets.py
 
 clean:
 	rm -rf var .pytest_cache bench/results.json

@@ -137,11 +137,11 @@ def broker():
 class WorkerProcess:
     """A real `deployhub-worker run` process, with its output kept for failure reports."""
 
-    def __init__(self, hub_url, token, log_path, env=None):
+    def __init__(self, hub_url, token, log_path, env=None, python=None):
         self.log_path = log_path
         self.log = open(log_path, "wb")
         command = [
-            sys.executable,
+            str(python or sys.executable),
             "-m",
             "workers",
             "run",
@@ -190,11 +190,16 @@ def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):
 
 @pytest.fixture
 def start_worker(live_server, tmp_path):
-    """Start real worker processes against the live hub; stop them after the test."""
+    """Start real worker processes against the live hub; stop them after the test.
+
+    python is the interpreter the worker runs under: this one unless a test names
+    another (tests/test_default_install.py runs `make run`'s environment).
+    """
     started = []
 
-    def start(device, token, env=None):
-        worker = WorkerProcess(live_server.url, token, tmp_path / f"worker-{device.name}.log", env)
+    def start(device, token, env=None, python=None):
+        log = tmp_path / f"worker-{device.name}.log"
+        worker = WorkerProcess(live_server.url, token, log, env, python)
         started.append(worker)
         wait_until(
             lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,

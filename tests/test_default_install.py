@@ -1,0 +1,184 @@
+"""`make run`'s install is the product: a CPU device makes every CPU build auto mode tries.
+
+`make test` builds make run's environment (`.venv`) with make run's own recipe and runs
+the suite from another one (`.venv-test`: torch, pytest, Playwright), which would hide a
+dependency the product lacks (torch brings sympy). So these tests run make run's Python:
+the one DEPLOYHUB_RUN_PYTHON names (`make test` sets it), else `.venv`'s.
+"""
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from django.core.files import File
+from onnx import TensorProto, helper, numpy_helper
+
+from deployhub.engines.actions import request_compile
+from deployhub.engines.models import Engine
+from deployhub.engines.preflight import preflight
+from deployhub.jobs.models import Job
+from deployhub.registry.models import Model
+from deployhub.registry.uploads import create_dataset, create_version
+from tests.conftest import ROOT, wait_until
+from workers.backends.registry import BACKENDS
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# Runtimes that belong on GPU machines only: make run's install must not carry them.
+GPU_RUNTIMES = ("torch", "tensorrt")
+
+
+def run_python():
+    """Return the interpreter of make run's environment; fail when it is not built."""
+    path = Path(os.environ.get("DEPLOYHUB_RUN_PYTHON") or ".venv/bin/python")
+    path = path if path.is_absolute() else ROOT / path
+    if not path.exists():
+        pytest.fail(f"make run's environment is not built ({path} is missing): make test builds it")
+    return path
+
+
+def make_commands(target):
+    """Return what `make -n -B target` would run, one command per line."""
+    done = subprocess.run(
+        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def cpu_backends_with_quantisers():
+    """Return the backends whose builds need more than their runtime, as the product installs."""
+    return [name for name, backend in BACKENDS.items() if backend.build_imports]
+
+
+def test_make_test_builds_make_runs_environment_with_make_runs_recipe():
+    install_run = [line for line in make_commands("run") if "venv.sh" in line]
+
+    assert len(install_run) == 1
+    assert install_run[0] in make_commands("test")
+
+
+def test_make_run_installs_every_cpu_backend_and_no_gpu_runtime():
+    extras = re.search(r"^EXTRAS_run := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    chosen = extras.group(1).split(",")
+    requirements = [
+        r for extra in chosen for r in PYPROJECT["project"]["optional-dependencies"][extra]
+    ]
+    names = {re.split(r"[=<>\[ ]", requirement)[0] for requirement in requirements}
+
+    for name in cpu_backends_with_quantisers():
+        assert BACKENDS[name].extra in chosen, name
+    assert not names & set(GPU_RUNTIMES)
+    assert "sympy" in names and "nncf" in names
+
+
+def test_the_docker_image_installs_what_make_run_installs():
+    makefile = re.search(r"^EXTRAS_run := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    dockerfile = re.search(r"^ARG EXTRAS=(.+)$", (ROOT / "Dockerfile").read_text(), re.M)
+
+    assert dockerfile.group(1) == makefile.group(1)
+
+
+def test_make_runs_worker_reports_every_cpu_build_possible():
+    done = subprocess.run(
+        [str(run_python()), "-m", "workers", "fingerprint"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+
+    fingerprint = json.loads(done.stdout)
+
+    for name in cpu_backends_with_quantisers():
+        assert fingerprint[BACKENDS[name].runtime], f"{name} is not installed by make run"
+        for precision, capability in fingerprint["capabilities"][name].items():
+            assert capability["ok"], f"{name} {precision}: {capability.get('reason')}"
+
+
+def write_conv_model(path):
+    """Write a small conv net (Conv, BatchNormalization, Relu, pooling, Gemm) to path."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "conv_w": rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3,
+        "conv_b": rng.standard_normal(8).astype(np.float32) * 0.1,
+        "bn_scale": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+        "bn_bias": rng.standard_normal(8).astype(np.float32) * 0.1,
+        "bn_mean": rng.standard_normal(8).astype(np.float32) * 0.1,
+        "bn_var": rng.uniform(0.5, 1.5, 8).astype(np.float32),
+        "fc_w": rng.standard_normal((4, 8)).astype(np.float32),
+        "fc_b": np.zeros(4, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["n"]
+        ),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small-conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        initializer=[numpy_helper.from_array(array, name) for name, array in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def small_conv_version(tmp_path, team, user):
+    """Upload the small conv net with 32 calibration samples."""
+    model = Model.objects.create(team=team, name="small-conv", created_by=user)
+    with open(write_conv_model(tmp_path / "small_conv.onnx"), "rb") as handle:
+        version = create_version(model, File(handle, name="small_conv.onnx"), user)
+    samples = np.random.default_rng(1).standard_normal((32, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "calibration.npz", inputs=samples)
+    with open(tmp_path / "calibration.npz", "rb") as handle:
+        create_dataset(
+            version, File(handle, name="calibration.npz"), user, kind="calibration", name="cal"
+        )
+    return version
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_make_runs_worker_builds_int8_with_every_cpu_quantiser(
+    tmp_path, demo_team, alice, device_class, make_device, start_worker
+):
+    version = small_conv_version(tmp_path, demo_team, alice)
+    device, token = make_device()
+    worker = start_worker(device, token, python=run_python())
+    device.refresh_from_db()
+    backends = cpu_backends_with_quantisers()
+
+    for verdict in preflight(version, device_class, backends, "int8"):
+        assert verdict.fails == [], (verdict.backend, device.fingerprint.get("capabilities"))
+    jobs = {}
+    for name in backends:
+        config = BACKENDS[name].auto_builds["int8"]
+        _, jobs[name] = request_compile(version, device_class, name, config, alice)
+
+    for name, job in jobs.items():
+        job = wait_until(
+            lambda job=job: (j := Job.objects.get(pk=job.pk)).is_final and j,
+            400,
+            f"the {name} int8 build",
+            interval=0.5,
+            on_timeout=worker.output,
+        )
+        assert job.state == "succeeded", f"{name}: {job.error}\n{job.log}"
+        engine = Engine.objects.get(backend=name, model_version=version)
+        assert engine.graph_report["quantized_nodes"] > 0, name
