@@ -134,7 +134,7 @@ def test_it_reports_every_build_with_its_figures_and_the_recommended_engine(
 
     body = get(client, f"auto-runs/{run.pk}", alice).json()
 
-    assert body["state"] == "done"
+    assert body["state"] == "done" and body["outcome"] == "recommended"
     assert body["recommended"]["build"] == fast.pk
     assert body["recommended"]["engine"] == fast.engine_id
     assert "fastest" in body["recommended"]["reason"]
@@ -151,8 +151,23 @@ def test_it_reports_every_build_with_its_figures_and_the_recommended_engine(
     assert builds[broken.pk]["failure"] == {
         "job": broken.compile_job_id,
         "category": "unsupported_operator",
+        "label": "Unsupported operator",
         "message": "unsupported_operator: BatchNormalization (opset 6)",
     }
+
+
+def test_it_says_when_every_build_failed(client, version, device_class, alice):
+    run = AutoRun.objects.create(model_version=version, device_class=device_class)
+    failed(run, "unsupported_operator: Upsample")
+    failed(run, "shape_or_contract: input 'x' has 3 dims, the contract 4")
+    auto.rank(run)
+
+    body = get(client, f"auto-runs/{run.pk}", alice).json()
+
+    assert body["outcome"] == "all_failed" and body["outcome_label"] == "All 2 builds failed"
+    assert body["recommended"] is None
+    categories = [b["failure"]["category"] for b in body["builds"]]
+    assert categories == ["unsupported_operator", "shape_or_contract"]
 
 
 def test_it_answers_a_job_with_its_state_failure_log_and_links(

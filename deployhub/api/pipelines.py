@@ -16,7 +16,7 @@ from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
@@ -87,6 +87,8 @@ def auto_run_json(request, run):
         "device_class": run.device_class.slug,
         "dataset": {"id": run.dataset_id, "name": run.dataset.name} if run.dataset else None,
         "state": run.state,
+        "outcome": run.outcome,
+        "outcome_label": run.outcome_label,
         "summary": run.summary,
         "builds": [build_json(build) for build in builds],
         "recommended": _recommended(run),
@@ -107,7 +109,7 @@ def build_state(build):
 
 
 def build_json(build):
-    failed = _failed_job(build)
+    failed = build.failed_job
     return {
         "id": build.pk,
         "backend": build.backend,
@@ -118,6 +120,7 @@ def build_json(build):
         "failure": {
             "job": failed.pk if failed else None,
             "category": failed.failure_category if failed else None,
+            "label": build.failure_label,
             "message": build.error,
         }
         if build.error
@@ -128,6 +131,7 @@ def build_json(build):
             "evaluate": build.evaluate_job_id,
         },
         "engine": build.engine_id,
+        "quantised_nothing": build.engine.quantised_nothing if build.engine else None,
         "benchmark": _benchmark_json(build.benchmark),
         "accuracy": _accuracy_json(build.accuracy, build.golden),
         "side_by_side_ms": build.side_by_side_ms,
@@ -135,13 +139,6 @@ def build_json(build):
         "within_tolerance": build.within_tolerance,
         "pareto": build.pareto,
     }
-
-
-def _failed_job(build):
-    """Return the first of the build's jobs that ended without success, if any."""
-    jobs = (build.compile_job, build.benchmark_job, build.evaluate_job)
-    ended = [job for job in jobs if job is not None and job.is_final]
-    return next((job for job in ended if job.state != JobState.SUCCEEDED), None)
 
 
 def _benchmark_json(run):
