@@ -192,6 +192,17 @@ def test_the_api_refuses_a_conversion_it_cannot_queue_and_queues_nothing(
 
 
 @pytest.mark.django_db
+def test_the_api_refuses_to_convert_a_version_with_external_data(client, alice, version):
+    type(version).objects.filter(pk=version.pk).update(external_data=["weights.bin"])
+
+    answer = convert_by_api(client, alice, version, {})
+
+    assert answer.status_code == 400
+    assert "keeps its weights in external data files" in answer.json()["error"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_the_version_page_offers_the_conversion_and_refuses_a_bad_opset(
     client, alice, version, device_class
 ):

@@ -69,6 +69,11 @@ def _opset(version, asked):
     """Return the opset asked for as an int, refusing what cannot be converted to."""
     if not version.is_onnx:
         raise ConversionRefused("Only an ONNX version has an opset to convert.")
+    if version.external_data:
+        raise ConversionRefused(
+            f"{version} keeps its weights in external data files: converting it is not "
+            "supported yet. Convert the file with onnx.version_converter and upload the result."
+        )
     newest = onnx.defs.onnx_opset_version()
     try:
         opset = int(str(asked).strip())
