@@ -154,16 +154,9 @@ def preflight(version, device_class, backends, precision="fp32"):
     return verdicts
 
 
-# The builds auto mode would try: (backend, precision).
+# The builds auto mode would try: (backend, precision), as each backend class lists them.
 GRID = [
-    ("onnxruntime", "fp32"),
-    ("onnxruntime", "int8"),
-    ("openvino", "fp32"),
-    ("openvino", "bf16"),
-    ("openvino", "int8"),
-    ("tensorrt", "fp16"),
-    ("tensorrt", "int8"),
-    ("torch-aoti", "fp32"),
+    (name, precision) for name, backend in BACKENDS.items() for precision in backend.auto_builds
 ]
 
 
