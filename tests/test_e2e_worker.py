@@ -1,10 +1,14 @@
 """A real worker process against a live hub and the real Redis broker."""
 
 import pytest
+from django.core.files import File
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.jobs.actions import cancel_job, reap_expired_jobs, submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.registry.contract import batch_range_contract
+from deployhub.registry.models import Model
+from deployhub.registry.uploads import create_version
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -30,9 +34,15 @@ def final(job_id, timeout, worker):
     )
 
 
-def test_a_real_worker_benchmarks_a_model(version, device_class, make_device, start_worker, alice):
+def test_a_real_worker_benchmarks_a_model(
+    demo_team, device_class, make_device, start_worker, alice, model_file
+):
     device, token = make_device()
     worker = start_worker(device, token)
+    model = Model.objects.create(team=demo_team, name="digits-cnn", created_by=alice)
+    contract = batch_range_contract("image", [3, 32, 32], low=1, opt=2, high=8)
+    with open(model_file, "rb") as handle:  # a version whose contract allows the batch of 2
+        version = create_version(model, File(handle, name="digits.onnx"), alice, contract=contract)
     job = submit(version, device_class, alice, warmup_iterations=5, iterations=300, batch_size=2)
     job = final(job.pk, 60, worker)
     assert job.state == JobState.SUCCEEDED, job.log + job.error
