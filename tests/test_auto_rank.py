@@ -235,6 +235,8 @@ def test_close_builds_are_timed_side_by_side_and_that_run_decides(
     assert run.recommended.side_by_side_ms == pytest.approx(1.9)
     assert "timed side by side with onnxruntime first" in run.summary
     assert "1.11× faster than onnxruntime first" in run.summary
+    first.refresh_from_db()
+    assert run.recommended.pareto and not first.pareto  # the front the deciding run draws
 
 
 def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):
