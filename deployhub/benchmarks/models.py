@@ -549,6 +549,24 @@ class AccuracyRunQuerySet(models.QuerySet):
         return runs.order_by("engine__model_version__number", "created_at")
 
 
+def _real_samples(result, dataset, max_samples):
+    """Return the number of samples an evaluation reports; refuse more than the dataset gave.
+
+    A model with a fixed batch is fed a last batch padded with repeated samples: the
+    worker counts only the real ones, and a count above the dataset's would be padding.
+    """
+    samples = int(result["samples"])
+    if dataset is None:
+        return samples
+    limit = min(dataset.samples, max_samples) if isinstance(max_samples, int) else dataset.samples
+    if not 1 <= samples <= limit:
+        raise ValueError(
+            f"it reports {samples} samples evaluated; the dataset {dataset.name!r} gives "
+            f"1 to {limit} real samples (padding does not count)"
+        )
+    return samples
+
+
 class AccuracyRun(models.Model):
     """How closely an engine reproduces its FP32 source on a dataset, and its task metric."""
 
@@ -585,11 +603,12 @@ class AccuracyRun(models.Model):
 
         try:
             reference, engine = result.get("reference") or {}, result.get("engine") or {}
+            dataset = Dataset.objects.filter(pk=job.params.get("dataset")).first()
             return cls.objects.create(
                 job=job,
                 engine=job.engine,
-                dataset=Dataset.objects.filter(pk=job.params.get("dataset")).first(),
-                samples=int(result["samples"]),
+                dataset=dataset,
+                samples=_real_samples(result, dataset, job.params.get("max_samples")),
                 reference_top1=reference.get("top1"),
                 reference_top5=reference.get("top5"),
                 top1=engine.get("top1"),
