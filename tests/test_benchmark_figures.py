@@ -11,9 +11,12 @@ import json
 
 import pytest
 
+from deployhub.benchmarks.charts import accuracy_latency_figure
+from deployhub.benchmarks.models import AccuracyRun
 from deployhub.devices.models import ServingPattern
+from deployhub.jobs.models import Job
 from tests.benchmark_results import LATENCY, record_run, result
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, stored_engine
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +41,7 @@ def test_it_shows_fps_at_p99_and_sustained_throughput_on_the_version_page(logged
 
     assert ">fps at p99</th>" in page and ">Sustained throughput</th>" in page
     assert ">fps</th>" not in page and "at p50" not in page
-    realtime_gate = "<strong title=\"decides this real-time class's gate\">"
+    realtime_gate = '<strong title="decides this real-time class\'s gate">'
     assert f'<td class="fps-at-p99">{realtime_gate}{FPS_AT_P99}</strong></td>' in page
     assert f'<td class="throughput">{SUSTAINED} img/s' in page
 
@@ -112,3 +115,29 @@ def test_a_batch_calculator_refuses_a_bad_target(logged_in, device_class, value)
     page = response.content.decode()
     assert response.status_code == 400 and 'class="errorlist' in page
     assert 'id="budget-runs"' not in page
+
+
+def test_the_accuracy_chart_plots_p99_per_image_and_says_so(version, device_class):
+    engine = stored_engine(version, device_class, {"precision": "int8"})
+    runs = [
+        record_run(version, device_class, result(latency_ms=KNOWN), engine=engine),
+        record_run(version, device_class, result(latency_ms=KNOWN, batch_size=2), engine=engine),
+    ]
+    job = Job.objects.create(
+        team=version.team, kind="evaluate", device_class=device_class, engine=engine
+    )
+    accuracy = AccuracyRun.objects.create(
+        job=job,
+        engine=engine,
+        samples=10,
+        top1_agreement=0.99,
+        max_abs_error=0.1,
+        mean_abs_error=0.01,
+        cosine_min=0.99,
+        cosine_mean=0.999,
+    )
+
+    figure = accuracy_latency_figure(runs, [accuracy])
+
+    assert figure.layout.xaxis.title.text == "p99 latency per image (ms)"
+    assert list(figure.data[0].x) == [8.0]  # the batch-2 run: 16 ms p99 for two images

@@ -58,18 +58,24 @@ def latency_figure(runs):
 
 
 def _engine_latency(runs):
-    """Return each engine's best median latency among its runs."""
+    """Return each engine's best p99 per image among its runs (the real-time gate's figure)."""
     best = {}
     for run in runs:
         if run.engine_id is not None:
-            known = best.get(run.engine_id, run.latency_p50_ms)
-            best[run.engine_id] = min(known, run.latency_p50_ms)
+            per_image = run.gate_p99_ms / run.batch_size
+            best[run.engine_id] = min(best.get(run.engine_id, per_image), per_image)
     return best
 
 
 def accuracy_latency_figure(runs, accuracy_runs):
-    """Top-1 accuracy (or agreement with FP32 without labels) against each engine's p50."""
-    figure = _figure("Accuracy against latency", "p50 latency (ms)", "top-1 (or agreement)")
+    """Top-1 accuracy (or agreement with FP32 without labels) against each engine's p99.
+
+    The p99 per image is the figure a real-time gate judges and auto mode ranks a
+    real-time class's builds by; the axis says so.
+    """
+    figure = _figure(
+        "Accuracy against latency", "p99 latency per image (ms)", "top-1 (or agreement)"
+    )
     latency = _engine_latency(runs)
     points = [run for run in accuracy_runs if run.engine_id in latency]
     figure.add_trace(
