@@ -76,6 +76,13 @@ def test_it_refuses_settings_it_cannot_convert_with(old_file, tmp_path, params, 
         convert_onnx(old_file, tmp_path / "converted.onnx", params)
 
 
+def test_it_says_which_input_shapes_the_converted_model_refused(old_file, tmp_path):
+    params = {"convert_to_opset": 17, "input_shapes": {"x": [1, 3, 4, 4]}}
+
+    with pytest.raises(JobError, match=r"fails in ONNX Runtime on x \[1, 3, 4, 4\]: "):
+        convert_onnx(old_file, tmp_path / "converted.onnx", params)
+
+
 def test_it_refuses_to_convert_a_model_to_the_opset_it_has(old_file, tmp_path):
     at_17, again = tmp_path / "at17.onnx", tmp_path / "again.onnx"
     convert_onnx(old_file, at_17, {"convert_to_opset": 17})

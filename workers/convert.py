@@ -191,14 +191,25 @@ def compare(model, converted_path, feeds):
         ) from error
     names = [output.name for output in session.get_outputs()]
     diffs = [
-        output_difference(name, np.asarray(got), np.asarray(want))
+        output_difference(name, np.asarray(got), np.asarray(want), against="the source")
         for feed, wanted in zip(feeds, expected, strict=True)
-        for name, got, want in zip(names, session.run(None, feed), wanted, strict=True)
+        for name, got, want in zip(names, _run(session, feed), wanted, strict=True)
     ]
     return {
         "max_abs_diff": max(abs_diff for abs_diff, _ in diffs),
         "max_rel_diff": max(rel_diff for _, rel_diff in diffs),
     }
+
+
+def _run(session, feed):
+    """Run the converted model on one feed, or raise a JobError naming the shapes it got."""
+    try:
+        return session.run(None, feed)
+    except Exception as error:
+        shapes = ", ".join(f"{name} {list(array.shape)}" for name, array in feed.items())
+        raise JobError(
+            f"the converted model fails in ONNX Runtime on {shapes}: {_first_line(error)}"
+        ) from error
 
 
 def legacy_operators(model):

@@ -250,22 +250,25 @@ def compare_with_onnxruntime(path, input_names, samples, expected, progress=None
     }
 
 
-def output_difference(name, actual, reference):
+def output_difference(name, actual, reference, against="PyTorch"):
     """Return (largest absolute difference, that relative to the largest |reference|).
 
     Values equal in both (NaN in both included) differ by 0; a non-finite
     difference means one side went NaN or infinite alone, and is refused.
+    against names what computed the reference, for the errors.
     """
     if actual.shape != reference.shape:
         raise JobError(
             f"output {name} has shape {list(actual.shape)} in ONNX Runtime and "
-            f"{list(reference.shape)} in PyTorch"
+            f"{list(reference.shape)} in {against}"
         )
     actual, reference = actual.astype(np.float64), reference.astype(np.float64)
     same = (actual == reference) | (np.isnan(actual) & np.isnan(reference))
     diff = np.where(same, 0.0, np.abs(actual - reference))
     if not np.isfinite(diff).all():
-        raise JobError(f"output {name} is NaN or infinite in only one of ONNX Runtime and PyTorch")
+        raise JobError(
+            f"output {name} is NaN or infinite in only one of ONNX Runtime and {against}"
+        )
     if diff.size == 0:
         return 0.0, 0.0
     scale = np.abs(np.where(np.isfinite(reference), reference, 0.0)).max()
