@@ -213,6 +213,7 @@ def evaluate(
     arrays, labels = model_feeds.load_dataset(
         dataset_path, source, int(params.get("max_samples") or 1000), what="evaluation"
     )
+    source = model_feeds.fitted(source, arrays)
     metric = task_of(params, labels)
     total, done, comparison = len(next(iter(arrays.values()))), 0, Comparison()
     for index, (feeds, real) in enumerate(

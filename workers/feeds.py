@@ -211,6 +211,8 @@ def load_dataset(path, model_io_or_metas, max_samples=None, what="dataset"):
         with np.load(path, allow_pickle=False) as data:
             arrays = _dataset_arrays(data, specs, what)
             labels = data["labels"] if "labels" in data.files else None
+    except JobError:
+        raise
     except (OSError, ValueError, EOFError) as error:
         raise JobError(f"the {what} dataset is not a readable .npz: {error}") from error
     count = _row_count(arrays, what)
@@ -224,13 +226,18 @@ def load_dataset(path, model_io_or_metas, max_samples=None, what="dataset"):
 
 def cast(array, spec, what="dataset"):
     """Return samples in an input's dtype; refuse fractions for an integer or bool input."""
+    return cast_to(array, spec.name, spec.dtype, what)
+
+
+def cast_to(array, name, dtype, what="dataset"):
+    """Return an array in a dtype; refuse fractions for an integer or bool input `name`."""
     array = np.asarray(array)
-    if spec.dtype.kind in "biu" and array.dtype.kind not in "biu":
+    if dtype.kind in "biu" and array.dtype.kind not in "biu":
         raise JobError(
-            f"the {what} array for {spec.name!r} holds {array.dtype} values; the input takes "
-            f"{spec.dtype}: store whole numbers"
+            f"the {what} array for {name!r} holds {array.dtype} values; the input takes "
+            f"{dtype}: store whole numbers"
         )
-    return np.ascontiguousarray(array, dtype=spec.dtype)
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 def check_samples(spec, samples, what="dataset"):
@@ -320,9 +327,9 @@ def batch_of(feeds, model_io_or_metas):
 
 def cast_feeds(feeds, model_io_or_metas, what="golden"):
     """Return feeds (whole tensors, batch included) cast to each input's dtype."""
-    specs = {spec.name: spec for spec in input_specs(model_io_or_metas)}
+    wanted = dtypes(model_io_or_metas)
     return {
-        name: cast(array, specs[name], what) if name in specs else array
+        name: cast_to(array, name, wanted[name], what) if name in wanted else array
         for name, array in feeds.items()
     }
 
@@ -341,8 +348,6 @@ def _rows(array, start, real, picked, spec):
         return np.asarray(array[start])
     if picked is None:
         return array[start : start + real]
-    if real == 1 and len(picked) > 1:
-        return np.repeat(array[start : start + 1], len(picked), axis=0)
     return array[picked]
 
 
