@@ -342,3 +342,22 @@ def test_it_records_an_int8_build_that_quantised_nothing(tmp_path):
 def test_it_counts_the_quantised_nodes_of_an_int8_build(int8_build):
     assert int8_build.graph_report["quantized_nodes"] > 0
     assert "nothing quantised" not in int8_build.log
+
+
+@pytest.mark.parametrize(("ir_version", "opset", "listed"), [(3, 9, "all"), (7, 11, "none")])
+def test_it_quantises_a_model_older_than_opset_13_to_int8(tmp_path, ir_version, opset, listed):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(ir_version, opset, listed), str(source))
+    calibration = calibration_npz(tmp_path / "calibration.npz", count=16)
+    x = sample_input()
+
+    built = OnnxRuntimeBackend().compile(
+        source, INT8, folder(tmp_path, "int8"), calibration=calibration
+    )
+    backend = OnnxRuntimeBackend()
+    [got] = backend.infer(backend.load(built.artifact, INT8), {"x": x})
+
+    [expected] = source_outputs(source, x)
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+    assert built.graph_report["quantized_nodes"] > 0
+    assert f"int8: opset {opset} converted to 13 with onnx.version_converter" in built.log

@@ -31,6 +31,7 @@ from workers.backends.base import (
     with_defaults,
 )
 from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
+from workers.convert import convert_model, default_opset
 from workers.errors import JobError
 
 # Build config optimization_level -> onnxruntime.GraphOptimizationLevel member.
@@ -73,6 +74,8 @@ EXTERNAL_DATA_FILE = "engine.onnx.data"
 ENGINE_ARCHIVE = "engine.zip"
 # The first IR version whose graph inputs need not list the initializers.
 MIN_IR_WITHOUT_LISTING = 4
+# QDQ quantisation writes DequantizeLinear with a per-channel axis: opset 13 operators.
+INT8_MIN_OPSET = 13
 FP16_ON_CPU = "fp16 conversion is for GPU providers; on the CPU use int8"
 NO_CALIBRATION = (
     "int8 needs the version's calibration dataset: attach one (version page, Datasets) "
@@ -391,6 +394,7 @@ def _quantize_int8(build, build_config, calibration):
         raise JobError(NO_CALIBRATION)
     folder = build.workdir / "int8"
     folder.mkdir(exist_ok=True)
+    build.source = opset_for_int8(build, folder)
     external = has_external_data(build.source)
     model = build.source
     if int8_setting(build_config, "preprocess"):
@@ -409,6 +413,33 @@ def _quantize_int8(build, build_config, calibration):
             use_external_data_format=external,
         )
     return quantized
+
+
+def opset_for_int8(build, folder):
+    """Return the source, or a copy converted to opset 13 when it is older.
+
+    QDQ quantisation writes DequantizeLinear with a per-channel axis, which
+    opset 13 brought: quantising an older model gives one ONNX Runtime refuses
+    ("Unrecognized attribute: axis for operator DequantizeLinear").
+    """
+    import onnx
+
+    model = onnx.load(str(build.source), load_external_data=False)
+    opset = default_opset(model)
+    if opset is None or opset >= INT8_MIN_OPSET:
+        return build.source
+    external = has_external_data(build.source)
+    with build.stage(0.05, f"converting opset {opset} to {INT8_MIN_OPSET} for QDQ quantisation"):
+        converted = convert_model(onnx.load(str(build.source)), INT8_MIN_OPSET)
+        copy = folder / f"opset{INT8_MIN_OPSET}.onnx"
+        onnx.save(
+            converted, str(copy), save_as_external_data=external, location=f"{copy.name}.data"
+        )
+    build.note(
+        f"int8: opset {opset} converted to {INT8_MIN_OPSET} with onnx.version_converter "
+        "(QDQ quantisation writes opset 13 operators)"
+    )
+    return copy
 
 
 def _preprocess(build, folder, external):
