@@ -525,3 +525,17 @@ def test_the_version_page_lists_a_failed_run_by_its_outcome_not_done(run, client
     assert '<span class="badge red">The only build failed</span>' in page
     assert "The only build failed (Unsupported operator)." in page
     assert '<span class="badge green">Done</span>' not in page
+
+
+def test_it_does_not_blame_the_tolerance_when_a_build_within_it_was_left_out(run):
+    build(run, "fp32", p50=2.0, agreement=0.5)
+    hollow = build(run, "int8", p50=1.9, int8=True)
+    hollow.engine.graph_report = {"quantized_nodes": 0}
+    hollow.engine.save()
+
+    _, run = ranked(run)
+
+    assert run.outcome == "nothing_eligible" and run.outcome_label == "Nothing to recommend"
+    assert run.summary == (
+        "No build within the accuracy tolerance could be recommended (see why below)."
+    )

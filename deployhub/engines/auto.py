@@ -433,8 +433,10 @@ def _nothing_recommended(run, measured):
         return f"{failures}; {skips}." if skips else f"{failures}."
     if not measured:
         return f"No build was measured; {failures or 'no result was stored'}."
-    clauses = ["No build stayed within the accuracy tolerance", failures, skips]
-    return "; ".join(clause for clause in clauses if clause) + "."
+    verdict = "No build stayed within the accuracy tolerance"
+    if any(build.within_tolerance for build in measured):
+        verdict = "No build within the accuracy tolerance could be recommended (see why below)"
+    return "; ".join(clause for clause in (verdict, failures, skips) if clause) + "."
 
 
 def _failures(run):

@@ -189,7 +189,7 @@ class AutoOutcome(ChoiceSet):
         (RUNNING, "Running", "blue"),
         (RECOMMENDED, "Recommended a build", "green"),
         (OFF_GATE, "Recommended; the gate is not met", "orange"),
-        (NOTHING_ELIGIBLE, "No build within tolerance", "red"),
+        (NOTHING_ELIGIBLE, "Nothing to recommend", "red"),
         (ALL_FAILED, "All builds failed", "red"),
         (NOTHING_TRIED, "No build could be tried", "red"),
     )
