@@ -44,8 +44,10 @@ def run_python():
 
 def make_commands(target):
     """Return what `make -n -B target` would run, one command per line."""
+    # Not the flags of the `make test` this may run under (-s would hide the commands).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        ["make", "-n", "-B", target], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
