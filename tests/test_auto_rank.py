@@ -539,3 +539,13 @@ def test_it_does_not_blame_the_tolerance_when_a_build_within_it_was_left_out(run
     assert run.summary == (
         "No build within the accuracy tolerance could be recommended (see why below)."
     )
+
+
+def test_it_says_when_preflight_left_no_build_to_try(run):
+    skipped_build(run, "fp16", SKIP_REASON)
+    skipped_build(run, "int8", SKIP_REASON)
+
+    run = auto.advance(run)
+
+    assert run.outcome == "nothing_tried" and run.outcome_color == "red"
+    assert run.summary == "No build could be tried: all 2 were skipped (see why below)."
