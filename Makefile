@@ -29,13 +29,18 @@ test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
 	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest
 
-bench: $(TEST_VENV)/.installed-test
+# Its device worker runs in make run's environment, as users get it; torch (eager rows) in .venv-test.
+bench: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	$(TEST_PY) bench/run.py
+	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) bench/run.py
 
 # ResNet-50 on an NVIDIA GPU (needs torch with CUDA there); says NOT RUN anywhere else.
 bench-gpu: $(TEST_VENV)/.installed-test
 	$(TEST_PY) bench/gpu.py
+
+# The conformance corpus through auto mode on an embedded hub whose workers run make run's .venv.
+conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
+	$(TEST_PY) scripts/conformance.py --worker-python $(PY)
 
 lint: $(TEST_VENV)/.installed-test
 	$(TEST_PY) -m ruff check .
