@@ -38,6 +38,10 @@ bench: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 bench-gpu: $(TEST_VENV)/.installed-test
 	$(TEST_PY) bench/gpu.py
 
+# The conformance corpus through auto mode on an embedded hub whose workers run make run's .venv.
+conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
+	$(TEST_PY) scripts/conformance.py --worker-python $(PY)
+
 lint: $(TEST_VENV)/.installed-test
 	$(TEST_PY) -m ruff check .
 	$(TEST_PY) -m ruff format --check .

@@ -171,15 +171,19 @@ def _failure(build):
 
 
 def speedup(row):
-    """Return how many times faster the recommended build ran than the source with ORT defaults."""
+    """Return how many times faster (p50 per image) the recommended build ran than the source
+    file with ONNX Runtime defaults, both measured alike on the class."""
     best, source = row.recommended, row.source_job
     if best is None or source is None or source.state != JobState.SUCCEEDED:
         return None
     source_run = getattr(source, "benchmark", None)
     if source_run is None or not best.benchmark:
         return None
-    per_image = source_run.latency_p50_ms / source_run.batch_size
-    return per_image / auto.ms_per_image(best)
+    return _p50_per_image(source_run) / _p50_per_image(best.benchmark)
+
+
+def _p50_per_image(benchmark):
+    return benchmark.latency_p50_ms / benchmark.batch_size
 
 
 def summarise(row):
