@@ -65,7 +65,8 @@ def _compile_answer(engine, job):
     return JsonResponse({"reused": False, "job": {"id": job.pk, "state": job.state}}, status=202)
 
 
-def _json_body(request):
+def json_body(request):
+    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
     try:
         body = json.loads(request.body or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -88,7 +89,7 @@ def device_drain(request, pk):
     """Body {"draining": true|false}: stop or resume giving the device new jobs."""
     device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
     require_role(request.user, device.team, Role.ADMIN)
-    device.draining = bool(_json_body(request).get("draining", True))
+    device.draining = bool(json_body(request).get("draining", True))
     device.save(update_fields=["draining"])
     Event.record(
         device.team,
@@ -109,7 +110,7 @@ def version_engines(request, pk):
             {"engines": [engine_json(e) for e in Engine.objects.for_version(version)]}
         )
     require_role(request.user, version.team, Role.ENGINEER)
-    body = _json_body(request)
+    body = json_body(request)
     device_class = get_object_or_404(version.team.device_classes, slug=body.get("device_class"))
     try:
         return _compile_answer(

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.fleet import _json_body
+from deployhub.api.fleet import json_body
 from deployhub.api.registry import BadInput, token_required
 from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
@@ -39,7 +39,7 @@ def version_auto(request, pk):
     """Body {"device_class": "<slug>"}: start auto mode on the version; 202 with the run."""
     version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = _device_class_of(version, _json_body(request))
+    device_class = _device_class_of(version, json_body(request))
     try:
         run = auto.start(version, device_class, request.user)
     except auto.AutoRefused as exc:

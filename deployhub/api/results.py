@@ -4,7 +4,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.fleet import _json_body
+from deployhub.api.fleet import json_body
 from deployhub.api.registry import BadInput, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmark_json, benchmarks_csv, model_results
@@ -21,7 +21,7 @@ from deployhub.teams.models import Role
 def _form(request, version, device_class=None):
     """Check the body's params with the page's form; raise BadInput (400) naming each problem."""
     require_role(request.user, version.team, Role.ENGINEER)
-    body = _json_body(request)
+    body = json_body(request)
     if device_class is None and isinstance(body.get("device_class"), str):
         chosen = version.team.device_classes.filter(slug=body["device_class"]).first()
         body["device_class"] = chosen.pk if chosen else body["device_class"]
