@@ -12,6 +12,7 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime
 import pytest
@@ -19,11 +20,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from onnx import TensorProto, helper
 
+from tests.feeds_models import batch_entry, dynamic_height_width, two_in_two_out
 from workers import runner
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.client import HubClient
+from workers.feeds import model_io_from_onnx
 from workers.runner import run_job
 from workers.selftest import write_tiny_model
 
@@ -816,3 +819,42 @@ def test_it_refuses_a_compare_job_when_one_engine_was_tampered_with(
 
     assert state == "failed"
     assert "signature" in hub.bodies("complete")[0]["error"]
+
+
+def test_it_benchmarks_at_the_shapes_of_the_model_io_the_claim_carries(start_hub, tmp_path):
+    model = dynamic_height_width(tmp_path / "hw.onnx")
+    hw = {"2": {"min": 8, "opt": 16, "max": 32}, "3": {"min": 8, "opt": 12, "max": 32}}
+    contract = {"inputs": {"x": batch_entry(["batch", 3, "H", "W"], {"sizes": [2, 4]}, hw)}}
+    inputs = {"model": model_input(model.read_bytes())}
+    job = make_job("benchmark", params={"iterations": 20}, inputs=inputs)
+    job["model_io"] = {**model_io_from_onnx(model), "contract": contract}
+    hub = start_hub(job, {"model": model.read_bytes()})
+
+    state = run(hub)
+
+    [completion] = hub.bodies("complete")
+    assert state == "succeeded", completion.get("error")
+    assert completion["result"]["batch_size"] == 2 and completion["result"]["iterations"] == 20
+
+
+def test_it_calibrates_an_int8_build_on_every_input_the_claim_names(start_hub, tmp_path):
+    model = two_in_two_out(tmp_path / "two.onnx").read_bytes()
+    buffer = io.BytesIO()
+    np.savez(buffer, a=np.ones((6, 8), np.float32), b=np.zeros((6, 8), np.float32))
+    build_config = {"precision": "int8", "calibration_samples": 4}
+    job = make_job(
+        "compile",
+        params={"backend": "onnxruntime", "build_config": build_config},
+        inputs={
+            "model": model_input(model),
+            "calibration": file_input("calibration", buffer.getvalue(), "calibration.npz"),
+        },
+    )
+    job["model_io"] = model_io_from_onnx(tmp_path / "two.onnx")
+    hub = start_hub(job, {"model": model, "calibration": buffer.getvalue()})
+
+    state = run(hub)
+
+    [completion] = hub.bodies("complete")
+    assert state == "succeeded", completion.get("error")
+    assert "calibration: 4 samples of a, b" in completion["result"]["build_log"]
