@@ -302,3 +302,10 @@ def test_it_plans_tensorrt_calibration_for_every_network_input(tmp_path):
     assert batch == 4 and len(batches) == 2  # 9 samples: two whole batches of 4
     assert shapes == {"image": (4, 3, 8, 8), "ids": (4, 4)}
     assert batches[0]["image"].dtype == np.float32 and batches[0]["ids"].dtype == np.int32
+
+
+def test_it_refuses_a_batch_for_a_model_without_a_batch_axis(tmp_path):
+    model, model_io, _ = prepare(CASES[4], tmp_path)
+
+    with pytest.raises(JobError, match="batch_size is 4 but no input of the model has a batch"):
+        benchmark_onnxruntime(model, {**FEW, "batch_size": 4}, model_io=model_io)

@@ -167,7 +167,13 @@ def check_batch(model_io_or_metas, batch, asked="batch_size is {batch}", to="cha
     asked is how the message opens ({batch} filled in); to, what a symbolic batch
     dimension would let the user do.
     """
-    for spec in input_specs(model_io_or_metas):
+    specs = input_specs(model_io_or_metas)
+    if batch != 1 and not any(spec.batched for spec in specs):
+        raise JobError(
+            f"{asked.format(batch=batch)} but no input of the model has a batch axis: "
+            "it is fed one whole input at a time (batch 1)"
+        )
+    for spec in specs:
         if spec.batched and batch not in spec.allowed:
             raise JobError(f"{asked.format(batch=batch)} but {_why_not(spec, to)}")
 
