@@ -20,7 +20,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from onnx import TensorProto, helper
 
-from tests.feeds_models import batch_entry, dynamic_height_width, two_in_two_out
+from tests.feeds_models import (
+    batch_entry,
+    dynamic_height_width,
+    fixed_batch_of_two,
+    two_in_two_out,
+)
 from workers import runner
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
@@ -858,3 +863,19 @@ def test_it_calibrates_an_int8_build_on_every_input_the_claim_names(start_hub, t
     [completion] = hub.bodies("complete")
     assert state == "succeeded", completion.get("error")
     assert "calibration: 4 samples of a, b" in completion["result"]["build_log"]
+
+
+def test_it_keeps_every_line_of_an_onnx_runtime_error_in_the_job_error(start_hub, tmp_path):
+    model = fixed_batch_of_two(tmp_path / "b2.onnx")
+    inputs = {"model": model_input(model.read_bytes())}
+    job = make_job("benchmark", params={"iterations": 5}, inputs=inputs)
+    # A signature that disagrees with the file (batch symbolic, the file fixes 2).
+    job["model_io"] = {"inputs": [{"name": "x", "dtype": "float", "shape": ["N", 8]}]}
+    hub = start_hub(job, {"model": model.read_bytes()})
+
+    state = run(hub)
+
+    [completion] = hub.bodies("complete")
+    assert state == "failed"
+    assert "for the following indices" in completion["error"]
+    assert "Got: 1 Expected: 2" in completion["error"] and "\n" not in completion["error"]
