@@ -31,6 +31,8 @@ from workers.backends.registry import BACKENDS
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Runtimes that belong on GPU machines only: make run's install must not carry them.
 GPU_RUNTIMES = ("torch", "tensorrt")
+# The backends auto mode builds with on a CPU device; make run's worker must make all their builds.
+CPU_BACKENDS = ("onnxruntime", "openvino")
 
 
 def run_python():
@@ -53,11 +55,6 @@ def make_commands(target):
     return done.stdout.splitlines()
 
 
-def cpu_backends_with_quantisers():
-    """Return the backends whose builds need more than their runtime, as the product installs."""
-    return [name for name, backend in BACKENDS.items() if backend.build_imports]
-
-
 def test_make_test_builds_make_runs_environment_with_make_runs_recipe():
     install_run = [line for line in make_commands("run") if "venv.sh" in line]
 
@@ -73,7 +70,7 @@ def test_make_run_installs_every_cpu_backend_and_no_gpu_runtime():
     ]
     names = {re.split(r"[=<>\[ ]", requirement)[0] for requirement in requirements}
 
-    for name in cpu_backends_with_quantisers():
+    for name in CPU_BACKENDS:
         assert BACKENDS[name].extra in chosen, name
     assert not names & set(GPU_RUNTIMES)
     assert "sympy" in names and "nncf" in names
@@ -98,7 +95,7 @@ def test_make_runs_worker_reports_every_cpu_build_possible():
 
     fingerprint = json.loads(done.stdout)
 
-    for name in cpu_backends_with_quantisers():
+    for name in CPU_BACKENDS:
         assert fingerprint[BACKENDS[name].runtime], f"{name} is not installed by make run"
         for precision, capability in fingerprint["capabilities"][name].items():
             assert capability["ok"], f"{name} {precision}: {capability.get('reason')}"
@@ -164,12 +161,11 @@ def test_make_runs_worker_builds_int8_with_every_cpu_quantiser(
     device, token = make_device()
     worker = start_worker(device, token, python=run_python())
     device.refresh_from_db()
-    backends = cpu_backends_with_quantisers()
 
-    for verdict in preflight(version, device_class, backends, "int8"):
+    for verdict in preflight(version, device_class, list(CPU_BACKENDS), "int8"):
         assert verdict.fails == [], (verdict.backend, device.fingerprint.get("capabilities"))
     jobs = {}
-    for name in backends:
+    for name in CPU_BACKENDS:
         config = BACKENDS[name].auto_builds["int8"]
         _, jobs[name] = request_compile(version, device_class, name, config, alice)
 
