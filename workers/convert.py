@@ -15,6 +15,7 @@ import numpy as np
 
 from workers.errors import JobError
 from workers.export import output_difference
+from workers.feeds import random_array
 
 # The opset "Convert to opset N" offers by default.
 CONVERT_OPSET = 17
@@ -165,7 +166,7 @@ def random_feeds(model, settings):
         ]
         specs.append((value.name, tuple(shape), dtype))
     return [
-        {name: _random_array(rng, shape, dtype) for name, shape, dtype in specs}
+        {name: random_array(rng, dtype, shape) for name, shape, dtype in specs}
         for _ in range(settings.samples)
     ]
 
@@ -237,15 +238,6 @@ def legacy_operators(model):
         type(name, (OpRun,), {"op_domain": "", "_run": legacy(numpy_op)})
         for name, numpy_op in ops.items()
     ]
-
-
-def _random_array(rng, shape, dtype):
-    """Return a random array: normal floats, small non-negative integers, booleans."""
-    if dtype.kind == "f":
-        return rng.normal(size=shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    return rng.integers(0, 2, size=shape).astype(dtype)
 
 
 def _opset_id(opset):
