@@ -12,6 +12,7 @@ uses its own database (deployhub_bench) and Redis database 14.
 
 import io
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -26,7 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "deployhub_bench"
+# The device worker runs in make run's environment (the Makefile says where), as users get it.
+RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
 JOBS, WARMUP_JOBS = 100, 10
+# What this script points at its own PostgreSQL and Redis; the conformance run stays embedded.
+EMBEDDED_OVERRIDES = ("DATABASE_URL", "CELERY_BROKER_URL", "DEPLOYHUB_VAR_DIR")
 
 os.environ.update(
     DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{BENCH_DB}",
@@ -36,7 +41,7 @@ os.environ.update(
 )
 sys.path.insert(0, str(ROOT))
 
-from bench.rows import print_rows, row, write_results  # noqa: E402
+from bench.rows import note, print_rows, row, write_results  # noqa: E402
 
 
 def percentile(values, q):
@@ -109,7 +114,7 @@ class Stack:
         self.processes.append(
             subprocess.Popen(
                 [
-                    sys.executable,
+                    RUN_PYTHON,
                     "-m",
                     "workers",
                     "run",
@@ -410,6 +415,16 @@ AUTO_DEADLINE_S = 480
 TIMING_SECONDS, TIMING_ROUNDS, WARMUP_SECONDS = 3.0, 15, 0.5
 BATCH_SIZES = (1, 8)
 AGREEMENT_TARGET = 0.99  # top-1 agreement of the recommended build with the FP32 source
+# The best build a person picks by hand for ResNet-18 on a CPU: OpenVINO INT8 through NNCF,
+# LATENCY hint. Auto mode's pick is held to it, measured side by side in the same process.
+HAND_PICKED = {
+    "name": "hand-picked openvino int8",
+    "backend": "openvino",
+    "config": {"device": "CPU", "precision": "int8", "performance_hint": "LATENCY"},
+}
+HAND_PICKED_MARGIN = 1.10
+# From pressing auto mode on the ResNet-18 sample to its recommendation, on 2 cores.
+AUTO_TIME_TARGET_S = 120
 
 
 @dataclass
@@ -421,6 +436,7 @@ class AutoSubject:
     datasets: dict  # {kind: .npz path}
     eager: object  # a torch module in eval mode, the ONNX file's weights
     notes: str = ""
+    hand_picked: dict | None = None  # {backend, build config}: this machine's best by hand
 
 
 def load_script(name):
@@ -464,7 +480,7 @@ def resnet18_subject(work):
     onnx_path, npz_path, eager = script.write_resnet18(work / "resnet18")
     notes = "random weights: for latency only"
     datasets = {"calibration": npz_path, "validation": npz_path}
-    return AutoSubject("resnet18", onnx_path, datasets, eager, notes)
+    return AutoSubject("resnet18", onnx_path, datasets, eager, notes, HAND_PICKED)
 
 
 def upload_subject(subject, team, user):
@@ -490,6 +506,7 @@ def finish_auto_run(version, device_class, user):
     from deployhub.engines import auto
     from deployhub.engines.models import AutoRun
 
+    started = time.monotonic()
     run = auto.start(version, device_class, user)
     wait_for(
         lambda: AutoRun.objects.get(pk=run.pk).state == "done",
@@ -500,6 +517,8 @@ def finish_auto_run(version, device_class, user):
     if run.recommended is None:
         errors = "; ".join(f"{b}: {b.error or b.skipped}" for b in run.builds.all())
         raise SystemExit(f"bench: auto mode on {version} recommended nothing: {errors}")
+    run.elapsed_s = (run.finished_at - run.created_at).total_seconds()
+    run.waited_s = time.monotonic() - started
     return run
 
 
@@ -514,6 +533,21 @@ def load_build(build, work):
     shutil.copyfile(default_storage.path(engine.file.name), artifact)  # backends unpack beside it
     backend = BACKENDS[build.backend]()
     handle = backend.load(artifact, engine.build_config)
+    return lambda feeds: backend.infer(handle, feeds)
+
+
+def load_hand_picked(subject, work):
+    """Build the subject's hand-picked engine here, as a person would; return run(feeds)."""
+    from workers.backends.registry import BACKENDS
+
+    picked = subject.hand_picked
+    backend = BACKENDS[picked["backend"]]()
+    folder = work / "hand-picked"
+    folder.mkdir(exist_ok=True)
+    built = backend.compile(
+        subject.onnx, picked["config"], folder, calibration=subject.datasets["calibration"]
+    )
+    handle = backend.load(built.artifact, picked["config"])
     return lambda feeds: backend.infer(handle, feeds)
 
 
@@ -569,6 +603,8 @@ def measure_side_by_side(subject, run, work):
     options.intra_op_num_threads = cores
     session = ort.InferenceSession(str(subject.onnx), options, providers=["CPUExecutionProvider"])
     builds = {name: load_build(build, work) for name, build in measured_builds(run).items()}
+    if subject.hand_picked:
+        builds[subject.hand_picked["name"]] = load_hand_picked(subject, work)
     with np.load(subject.datasets.get("validation", subject.datasets["calibration"])) as data:
         inputs = data["inputs"]
     timings, loads = {}, {}
@@ -675,15 +711,58 @@ def fastest_rows(subject, run, name, timings):
     ]
 
 
+def eager_targets(subject, timings):
+    """Return the recommended build's speed-up targets over eager torch, per batch size.
+
+    A fixed speed-up depends on the CPU (DESIGN.md): at batch 1 the target is the
+    hand-picked build's own speed-up, within HAND_PICKED_MARGIN, where there is one.
+    """
+    if not subject.hand_picked:
+        return (1, 1)
+    one = timings[1]
+    return (round(one["eager"] / one[subject.hand_picked["name"]] / HAND_PICKED_MARGIN, 2), 1)
+
+
+def hand_picked_rows(subject, name, timings, loads):
+    """Rows: the recommended build against the hand-picked one, side by side at batch 1."""
+    if not subject.hand_picked:
+        return []
+    picked, one = subject.hand_picked["name"], timings[1]
+    return [
+        *speedup_rows(subject, picked, picked, timings, loads, (1, 1)),
+        row(
+            f"{subject.name}: recommended ({name}) vs {picked} (NNCF, LATENCY hint), "
+            f"side by side, batch 1 ({one[name]:.3g} vs {one[picked]:.3g} ms)",
+            one[name] / one[picked],
+            "×",
+            HAND_PICKED_MARGIN,
+        ),
+    ]
+
+
+def auto_time_row(subject, run):
+    """Row: from pressing auto mode to its recommendation, on the make run install."""
+    return row(
+        f"{subject.name}: pressing auto mode → recommendation "
+        f"({run.builds.count()} builds, worker in make run's environment)",
+        run.elapsed_s,
+        "s",
+        AUTO_TIME_TARGET_S,
+    )
+
+
 def auto_mode_rows(subject, run, timings, loads, classes):
     """Rows of one model: speed-ups over eager torch, agreement, and auto mode's choice."""
     best = run.recommended
     name = f"{best.backend} {best.precision}"
+    targets = eager_targets(subject, timings)
     return [
-        *speedup_rows(subject, f"recommended ({name})", name, timings, loads, (8, 1)),
+        *speedup_rows(subject, f"recommended ({name})", name, timings, loads, targets),
         *speedup_rows(subject, "ONNX Runtime FP32", "ort", timings, loads, (1, 1)),
+        *hand_picked_rows(subject, name, timings, loads),
         agreement_row(subject, name, best.accuracy, classes),
         *fastest_rows(subject, run, name, timings),
+        *([auto_time_row(subject, run)] if subject.hand_picked else []),
     ]
 
 
@@ -774,12 +853,44 @@ def bench_harness_overhead():
     ]
 
 
+def bench_conformance():
+    """Row: the conformance corpus through auto mode (scripts/conformance.py), as a share.
+
+    It runs the embedded product in a process of its own (SQLite, filesystem broker),
+    with its workers in make run's environment; its table goes to stderr as it is.
+    """
+    done = subprocess.run(
+        [sys.executable, "scripts/conformance.py", "--worker-python", RUN_PYTHON],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in EMBEDDED_OVERRIDES},
+    )
+    print(done.stdout + done.stderr[-3000:], file=sys.stderr)
+    match = re.search(r"^conformance: (\d+)/(\d+) models", done.stdout, re.MULTILINE)
+    if match is None:
+        why = "scripts/conformance.py printed no count"
+        return [note("conformance corpus", None, "%", "MISS", why)]
+    passed, total = int(match[1]), int(match[2])
+    return [
+        row(
+            f"conformance corpus: models with a recommended build or a named preflight "
+            f"refusal ({passed}/{total})",
+            100 * passed / total,
+            "%",
+            100,
+            lower_is_better=False,
+        )
+    ]
+
+
 BENCHES = [
     bench_job_pipeline,
     bench_upload_memory,
     bench_compile_reuse,
     bench_auto_mode,
     bench_harness_overhead,
+    bench_conformance,
 ]
 
 
