@@ -58,7 +58,7 @@ def test_uploads_and_engines_live_in_the_bucket(
     served = api(client, token, f"engines/{engine.pk}/download", method="get")
     assert b"".join(served.streaming_content) == ENGINE_BYTES
     assert hashlib.sha256(ENGINE_BYTES).hexdigest() == engine.sha256
-    assert engine.build_config == CONFIG
+    assert engine.build_config == {**CONFIG, "precision": "fp32"}  # stored canonical
     # Nothing stored on local disk, and no temporary file left behind.
     assert not (storage_root / "models").exists() and not (storage_root / "artifacts").exists()
     assert list((storage_root / "tmp").iterdir()) == []
