@@ -31,7 +31,6 @@ from workers.backends.base import (
     with_defaults,
 )
 from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
-from workers.convert import convert_model, default_opset
 from workers.errors import JobError
 
 # Build config optimization_level -> onnxruntime.GraphOptimizationLevel member.
@@ -423,6 +422,8 @@ def opset_for_int8(build, folder):
     ("Unrecognized attribute: axis for operator DequantizeLinear").
     """
     import onnx
+
+    from workers.convert import convert_model, default_opset  # numpy: not on every hub
 
     model = onnx.load(str(build.source), load_external_data=False)
     opset = default_opset(model)
