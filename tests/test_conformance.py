@@ -152,7 +152,9 @@ def test_it_reaches_the_outcome_the_corpus_names(corpus, name):
     expect = BY_NAME[name].expect
     if expect == RECOMMENDED:
         assert result["outcome"] == RECOMMENDED, explain(result)
-        assert result["agreement"] is not None and result["drop"] <= 1.0, explain(result)
+        assert result["drop"] is not None and result["drop"] <= 1.0, explain(result)
+        if "nothing-to-quantise" in BY_NAME[name].features:  # never shown as an INT8 speed-up
+            assert not result["build"].endswith("int8"), explain(result)
     else:
         assert result["outcome"].startswith(REFUSED), explain(result)
         assert expect.removeprefix(REFUSED) in result["outcome"], explain(result)
