@@ -1,12 +1,11 @@
 """API v1 for people and scripts: devices, fingerprints, engines and compiles."""
 
-import json
 
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.registry import BadInput, token_required
+from deployhub.api.registry import BadInput, json_body, token_required
 from deployhub.devices.models import Device
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.gates import release_gates
@@ -63,17 +62,6 @@ def _compile_answer(engine, job):
     if engine is not None:
         return JsonResponse({"reused": True, "engine": engine_json(engine)})
     return JsonResponse({"reused": False, "job": {"id": job.pk, "state": job.state}}, status=202)
-
-
-def json_body(request):
-    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"The body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadInput("The body must be a JSON object.")
-    return body
 
 
 @require_http_methods(["GET"])

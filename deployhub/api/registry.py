@@ -26,6 +26,17 @@ class BadInput(Exception):
     """A field of the request is missing or malformed (HTTP 400)."""
 
 
+def json_body(request):
+    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadInput("The body must be a JSON object.")
+    return body
+
+
 def token_required(view):
     """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
 
@@ -265,7 +276,7 @@ def version_convert(request, pk):
     """Queue the conversion of an ONNX version to {"opset": N} (17 by default): 202 and the job."""
     version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
     require_role(request.user, version.team, Role.ENGINEER)
-    body = _json_object(request)
+    body = json_body(request)
     slug = body.get("device_class")
     device_class = version.team.device_classes.filter(slug=slug).first() if slug else None
     if slug and device_class is None:
@@ -282,14 +293,3 @@ def version_convert(request, pk):
         "url": f"/api/v1/jobs/{job.pk}",
     }
     return JsonResponse(answer, status=202)
-
-
-def _json_object(request):
-    """Return the request's JSON body as a dict ({} when empty); BadInput otherwise."""
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"The body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadInput('The body must be a JSON object, such as {"opset": 17}.')
-    return body
