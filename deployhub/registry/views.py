@@ -262,12 +262,18 @@ def version_notes(request, pk):
     return redirect(version)
 
 
+def _posted_class(request, version):
+    """Return the team's device class the form posted, or None (none posted, or not an id)."""
+    pk = request.POST.get("device_class", "")
+    return version.team.device_classes.filter(pk=pk).first() if pk.isdigit() else None
+
+
 @login_required
 @require_POST
 def version_export(request, pk):
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = version.team.device_classes.filter(pk=request.POST.get("device_class")).first()
+    device_class = _posted_class(request, version)
     _queue_export(request, version, device_class)
     return redirect(version)
 
@@ -278,7 +284,7 @@ def version_convert(request, pk):
     """Queue the conversion of an ONNX version to another opset (a derived child version)."""
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = version.team.device_classes.filter(pk=request.POST.get("device_class")).first()
+    device_class = _posted_class(request, version)
     try:
         job = submit_convert(version, device_class, request.user, request.POST.get("opset"))
     except ConversionRefused as exc:
