@@ -19,7 +19,7 @@ from deployhub.engines.actions import (
 from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.gates import gates_open, release_gates
 from deployhub.engines.models import AutoRun, Engine
-from deployhub.registry.views import _get_version_for_user, version_page
+from deployhub.registry.views import _get_version_for_user, team_class, version_page
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 
@@ -27,11 +27,6 @@ from deployhub.teams.models import Role
 def _get_engine_for_user(request, pk):
     queryset = Engine.objects.select_related("model_version__model", "device_class", "built_on")
     return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
-
-
-def _team_class(team, pk):
-    """Return the team's device class with this id; None for anything else."""
-    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdigit() else None
 
 
 def _report(request, engine, job):
@@ -153,7 +148,7 @@ def version_auto(request, pk):
     """Start auto mode for a version on a device class; a refusal is shown beside the button."""
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = _team_class(version.team, request.POST.get("device_class"))
+    device_class = team_class(version.team, request.POST.get("device_class"))
     try:
         if device_class is None:
             raise auto.AutoRefused("Choose one of your team's device classes for auto mode.")

@@ -262,10 +262,9 @@ def version_notes(request, pk):
     return redirect(version)
 
 
-def _posted_class(request, version):
-    """Return the team's device class the form posted, or None (none posted, or not an id)."""
-    pk = request.POST.get("device_class", "")
-    return version.team.device_classes.filter(pk=pk).first() if pk.isdigit() else None
+def team_class(team, pk):
+    """Return the team's device class with this id (as a form posts it); None for anything else."""
+    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdigit() else None
 
 
 @login_required
@@ -273,7 +272,7 @@ def _posted_class(request, version):
 def version_export(request, pk):
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = _posted_class(request, version)
+    device_class = team_class(version.team, request.POST.get("device_class"))
     _queue_export(request, version, device_class)
     return redirect(version)
 
@@ -284,7 +283,7 @@ def version_convert(request, pk):
     """Queue the conversion of an ONNX version to another opset (a derived child version)."""
     version = _get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = _posted_class(request, version)
+    device_class = team_class(version.team, request.POST.get("device_class"))
     try:
         job = submit_convert(version, device_class, request.user, request.POST.get("opset"))
     except ConversionRefused as exc:
