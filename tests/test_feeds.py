@@ -189,6 +189,19 @@ def test_it_pads_the_last_batch_of_a_fixed_batch_by_repeating_its_samples():
     ]
 
 
+def test_a_padded_last_batch_keeps_its_samples_in_dataset_order():
+    model_io = {"inputs": [{"name": "x", "dtype": "float", "shape": [4, 1]}], "contract": None}
+    rows = np.arange(7, dtype=np.float32)[:, None]  # the last batch starts at row 4: 3 real
+
+    batches = list(feeds.dataset_batches({"x": rows}, model_io))
+
+    # its outputs are matched to rows 4, 5, 6 (and their labels) in this order
+    assert [(fed["x"].ravel().tolist(), real) for fed, real in batches] == [
+        ([0.0, 1.0, 2.0, 3.0], 4),
+        ([4.0, 5.0, 6.0, 4.0], 3),
+    ]
+
+
 def test_it_feeds_the_smallest_batch_the_contract_allows_when_one_is_not():
     contract = {"inputs": {"x": batch_entry(["batch", 8], {"sizes": [4, 2, 8]})}}
     model_io = {

@@ -285,7 +285,7 @@ def dataset_batches(dataset_arrays, model_io_or_metas, batch=None):
     for start in range(0, count, rows):
         real = min(rows, count - start)
         size = batch if rows == 1 or real not in allowed else real
-        picked = np.arange(start, start + size) % real + start if size != real else None
+        picked = start + np.arange(size) % real if size != real else None  # rows in order
         yield (
             {
                 spec.name: _rows(dataset_arrays[spec.name], start, real, picked, spec)
