@@ -206,6 +206,14 @@ def summarise(row):
     }
 
 
+def reached(result):
+    """Return whether a summarised result came to the outcome its model names."""
+    outcome, expect = result["outcome"], result["expect"]
+    if expect == RECOMMENDED:
+        return outcome == RECOMMENDED
+    return outcome.startswith(REFUSED) and expect.removeprefix(REFUSED) in outcome
+
+
 def accuracy_change(row):
     """Return the recommended build's top-1 agreement with the source and its top-1 drop."""
     best = row.recommended
