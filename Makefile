@@ -13,7 +13,7 @@ TEST_PY := $(TEST_VENV)/bin/python
 EXTRAS_run := web,worker,openvino
 EXTRAS_test := web,worker,openvino,torch,dev
 
-.PHONY: run test bench bench-gpu lint format demo-assets clean
+.PHONY: run test bench bench-gpu conformance lint format demo-assets clean
 
 $(VENV)/.installed-run: pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(VENV) $(EXTRAS_run) $@
