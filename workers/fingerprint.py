@@ -333,13 +333,7 @@ def _torch_build_in_child():
     process ONNX Runtime runs in, so the worker keeps torch out until a job needs it.
     """
     try:
-        completed = subprocess.run(
-            [sys.executable, "-c", TORCH_BUILD_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=TORCH_PROBE_SECONDS,
-        )
-        build = json.loads(completed.stdout.strip().splitlines()[-1])
+        build = _json_from_child(TORCH_BUILD_PROBE, TORCH_PROBE_SECONDS)
         return {"cuda": build["cuda"], "cudnn": _cudnn_text(build["cudnn"])}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError, TypeError):
         return {"cuda": None, "cudnn": None}  # installed but broken: unknown
@@ -356,17 +350,22 @@ def _capabilities_in_child():
     whose memory benchmarks measure. None when the child cannot say.
     """
     try:
-        completed = subprocess.run(
-            [sys.executable, "-c", CAPABILITIES_PROBE],
-            capture_output=True,
-            text=True,
-            timeout=CAPABILITIES_PROBE_SECONDS,
-            cwd=PACKAGE_ROOT,
-        )
-        capabilities = json.loads(completed.stdout.strip().splitlines()[-1])
+        capabilities = _json_from_child(CAPABILITIES_PROBE, CAPABILITIES_PROBE_SECONDS)
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
     return capabilities if isinstance(capabilities, dict) else None
+
+
+def _json_from_child(code, timeout):
+    """Run code in a child Python (from the folder `workers` is in); return its last line's JSON."""
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=PACKAGE_ROOT,
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def _cudnn_version(torch):
