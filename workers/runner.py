@@ -32,7 +32,7 @@ from workers.benchmark import (
 )
 from workers.client import Conflict, HubError
 from workers.convert import conversion_line, convert_onnx
-from workers.errors import Cancelled, JobError
+from workers.errors import ERROR_MAX_CHARS, Cancelled, JobError, one_line
 from workers.evaluate import evaluate
 from workers.export import export_pt2_to_onnx
 from workers.parity import check_parity
@@ -44,9 +44,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_LEASE_SECONDS = 30
 # Progress reaches the hub at most this often (seconds), so a user watches it move.
 PROGRESS_INTERVAL = 0.5
-# A job's error is one line, its message's lines joined: ONNX Runtime names the offending
-# indices and sizes on the lines after "...for the following indices".
-ERROR_MAX_CHARS = 2000
 DROPPED = "dropped"
 # The name an export job's ONNX file is uploaded under (docs/protocol.md).
 EXPORT_ARTIFACT = "onnx"
@@ -781,7 +778,7 @@ def _trace(error):
 
 def _one_line(error):
     """Return an error as one line, its lines joined; name its type unless it is a JobError."""
-    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    text = one_line(error)
     if not isinstance(error, JobError):
         text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return text[:ERROR_MAX_CHARS]

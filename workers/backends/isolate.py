@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workers.backends.base import CompileResult
-from workers.errors import Cancelled, JobError
+from workers.errors import Cancelled, JobError, one_line
 
 CATEGORIES = (
     "unsupported_operator",
@@ -109,7 +109,6 @@ MODULE = "workers.backends.isolate"
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the workers package
 LOG_MAX_CHARS = 2_000_000
 MESSAGE_MAX_CHARS = 300
-ERROR_MAX_CHARS = 2000
 POLL_SECONDS = 0.1
 
 
@@ -364,7 +363,7 @@ def _message(error, log, exit_code, timed_out, timeout):
         text = (
             error["message"] if error.get("job_error") else f"{error['type']}: {error['message']}"
         )
-        return _joined(text)
+        return one_line(text)  # ONNX Runtime's indices follow its first line
     if exit_code is not None and exit_code < 0:
         return f"the child process crashed: {_signal_name(-exit_code)}"
     last = _first_line(log.strip().splitlines()[-1]) if log.strip() else ""
@@ -377,16 +376,6 @@ def _signal_name(number):
         return f"{signal.Signals(number).name} ({signal.strsignal(number)})"
     except ValueError:
         return f"signal {number}"
-
-
-def _joined(text):
-    """Return text's non-empty lines joined into one, shortened to ERROR_MAX_CHARS.
-
-    ONNX Runtime says which indices and sizes are wrong on the lines after
-    "...for the following indices": the first line alone would lose them.
-    """
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return " ".join(lines)[:ERROR_MAX_CHARS]
 
 
 def _first_line(text):
