@@ -10,15 +10,6 @@ from workers.backends.base import cpu_isa
 from workers.backends.registry import BACKENDS
 from workers.convert import CONVERT_OPSET
 
-# Operator domains each backend runs besides the default one.
-EXTRA_DOMAINS = {"onnxruntime": ("com.microsoft",), "openvino": (), "tensorrt": ()}
-# Default-domain operators a backend does not run (or only through plugins).
-UNSUPPORTED = {
-    "tensorrt": {"Unique", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch", "StringSplit"},
-    "openvino": {"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"},
-    "onnxruntime": set(),
-}
-
 
 @dataclass
 class Verdict:
@@ -82,13 +73,12 @@ def _check_graph(verdict, version):
             verdict.fails.append("AOTInductor builds from a torch.export program (.pt2)")
         return
     _check_opset(verdict, version.opset)
+    backend = BACKENDS[verdict.backend]
     operators = (version.graph or {}).get("operators", {})
     foreign = sorted(
-        op
-        for op in operators
-        if "." in op and op.rsplit(".", 1)[0] not in EXTRA_DOMAINS[verdict.backend]
+        op for op in operators if "." in op and op.rsplit(".", 1)[0] not in backend.extra_domains
     )
-    unsupported = sorted(op for op in operators if op in UNSUPPORTED[verdict.backend])
+    unsupported = sorted(op for op in operators if op in backend.unsupported_ops)
     if foreign or unsupported:
         verdict.fails.append(f"unsupported operators: {', '.join(foreign + unsupported)}")
 

@@ -43,6 +43,10 @@ class Backend(abc.ABC):
     # The default-domain (ai.onnx) opsets its ONNX importer takes; None: no bound known.
     min_opset: ClassVar[int | None] = None
     max_opset: ClassVar[int | None] = None
+    # Operator domains it runs besides the default one, and default-domain operators it does
+    # not run (or only through plugins): preflight names them before anything is built.
+    extra_domains: ClassVar[tuple[str, ...]] = ()
+    unsupported_ops: ClassVar[frozenset[str]] = frozenset()
     # The builds auto mode tries, by precision: {"fp32": {}, "int8": {"precision": "int8"}}.
     auto_builds: ClassVar[dict[str, dict]] = {}
     # Precisions whose builds import more than the runtime, and the modules they import.

@@ -92,6 +92,7 @@ class OnnxRuntimeBackend(Backend):
     # (BatchNormalization-6, Add with broadcast) have no kernel.
     min_opset = 7
     max_opset = 23
+    extra_domains = ("com.microsoft",)
     auto_builds = {"fp32": {}, "int8": {"precision": "int8"}}
     # int8: quantize_static after quant_pre_process, whose symbolic shape inference needs sympy.
     build_imports = {

@@ -96,6 +96,7 @@ class OpenVinoBackend(Backend):
     # Its ONNX frontend keeps the legacy operator versions: opset 6 files build here.
     min_opset = 6
     max_opset = 22
+    unsupported_ops = frozenset({"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"})
     auto_builds = {"fp32": {}, "bf16": {"precision": "bf16"}, "int8": {"precision": "int8"}}
     # int8: NNCF's post-training quantisation of the converted model.
     build_imports = {"int8": ("nncf", "nncf.openvino.quantization.quantize_model")}

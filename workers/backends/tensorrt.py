@@ -56,6 +56,9 @@ class TensorRTBackend(Backend):
     # The TensorRT ONNX parser is backward compatible to opset 9 (NVIDIA's opset guide).
     min_opset = 9
     max_opset = 22
+    unsupported_ops = frozenset(
+        {"Unique", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch", "StringSplit"}
+    )
     auto_builds = {"fp16": {}, "int8": {"precision": "int8"}}
 
     @classmethod
