@@ -1,6 +1,5 @@
 """API v1 for people and scripts: devices, fingerprints, engines and compiles."""
 
-
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
