@@ -13,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.errors import JobError
+from workers.errors import JobError, one_line
 from workers.export import output_difference
 from workers.feeds import random_array
 
 # The opset "Convert to opset N" offers by default.
 CONVERT_OPSET = 17
 MIN_OPSET = 7
-ERROR_MAX_CHARS = 300
 UNSUPPORTED = "unsupported_operator"
 REFERENCE = "onnx.reference.ReferenceEvaluator"
 
@@ -111,7 +110,7 @@ def load_source(path):
     try:
         return onnx.load(str(path))
     except Exception as error:
-        raise JobError(f"the model is not a readable ONNX file: {_first_line(error)}") from error
+        raise JobError(f"the model is not a readable ONNX file: {_one_line(error)}") from error
 
 
 def default_opset(model):
@@ -141,7 +140,7 @@ def convert_model(model, opset):
     except Exception as error:
         raise JobError(
             f"{UNSUPPORTED}: onnx.version_converter could not convert opset "
-            f"{default_opset(model)} to {opset}: {_first_line(error)}"
+            f"{default_opset(model)} to {opset}: {_one_line(error)}"
         ) from error
     return converted
 
@@ -180,7 +179,7 @@ def compare(model, converted_path, feeds):
         session = ort.InferenceSession(str(converted_path), providers=["CPUExecutionProvider"])
     except Exception as error:
         raise JobError(
-            f"{UNSUPPORTED}: ONNX Runtime cannot load the converted model: {_first_line(error)}"
+            f"{UNSUPPORTED}: ONNX Runtime cannot load the converted model: {_one_line(error)}"
         ) from error
     try:
         reference = ReferenceEvaluator(model, new_ops=legacy_operators(model))
@@ -188,7 +187,7 @@ def compare(model, converted_path, feeds):
     except Exception as error:
         raise JobError(
             f"{UNSUPPORTED}: the ONNX reference evaluator cannot run the source, so the "
-            f"conversion cannot be checked: {_first_line(error)}"
+            f"conversion cannot be checked: {_one_line(error)}"
         ) from error
     names = [output.name for output in session.get_outputs()]
     diffs = [
@@ -209,7 +208,7 @@ def _run(session, feed):
     except Exception as error:
         shapes = ", ".join(f"{name} {list(array.shape)}" for name, array in feed.items())
         raise JobError(
-            f"the converted model fails in ONNX Runtime on {shapes}: {_first_line(error)}"
+            f"the converted model fails in ONNX Runtime on {shapes}: {_one_line(error)}"
         ) from error
 
 
@@ -246,11 +245,11 @@ def _opset_id(opset):
     return helper.make_opsetid("", opset)
 
 
-def _first_line(error):
-    """Return the first line of an error, naming its type, cut to a readable length."""
-    lines = str(error).strip().splitlines()
-    text = lines[0] if lines else ""
-    return (f"{type(error).__name__}: {text}" if text else type(error).__name__)[:ERROR_MAX_CHARS]
+def _one_line(error):
+    """Return an error as one line, naming its type: every line of it (ONNX Runtime names the
+    offending indices after "...for the following indices")."""
+    text = one_line(error)
+    return one_line(f"{type(error).__name__}: {text}" if text else type(error).__name__)
 
 
 def _ignore_progress(fraction, message):
