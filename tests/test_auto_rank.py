@@ -249,6 +249,18 @@ def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):
     assert run.recommended.precision == "fast"
 
 
+def test_builds_whose_medians_came_close_are_timed_side_by_side_whatever_their_p99(run):
+    # One slow frame in a hundred (a busy machine) spreads p99s that the medians do not.
+    first = build(run, "first", p50=5.0, p99=11.5)
+    second = build(run, "second", p50=5.7, p99=18.3)
+    build(run, "far", p50=9.0, p99=20.0)
+
+    run = auto.advance(run)
+
+    assert run.state == "running" and run.compare_job is not None
+    assert run.compare_job.params["engines"] == [first.engine.pk, second.engine.pk]
+
+
 def test_a_batch_class_compares_its_builds_at_the_batch_they_were_measured_at(run):
     device_class = run.device_class
     device_class.serving_pattern = "batch"
