@@ -42,19 +42,8 @@ QUICK = {
     "BATCH_BENCHMARK": {"scenario": "offline", "warmup_s": 0.05, "duration_s": 0.25},
     "COMPARE_BENCHMARK": {"rounds": 2, "duration_s": 0.2, "warmup_s": 0.05},
 }
-# Models that fail today, each with the issue 11 item whose fix it waits for (see the report).
-WAITING = {
-    "old_opset6_batchnorm_add": (
-        "issue 11 item 4: preflight refuses ONNX Runtime for opset 6 but lets OpenVINO build "
-        "(min_opset 6), and its benchmark and evaluation load the source in ONNX Runtime: "
-        "'Could not find an implementation for BatchNormalization(6)'"
-    ),
-    "torch_transformer_opset17": (
-        "issue 11 item 1: ONNX Runtime int8 fails in quant_pre_process's symbolic shape "
-        "inference (assert is_literal(shape_rank) in _infer_Reshape) on torch's dynamic-batch "
-        "Reshape, and the job says only 'internal: AssertionError:'"
-    ),
-}
+# Models that fail today, each with the issue item whose fix it waits for (none now).
+WAITING = {}
 # A comma-separated subset of the corpus to run while working on one model (default: all).
 ONLY = [n for n in os.environ.get("CONFORMANCE_ONLY", "").split(",") if n]
 

@@ -156,7 +156,9 @@ def test_it_refuses_an_opset_older_than_a_backend_runs_and_says_how_to_convert(
         "opset 6 is older than onnxruntime runs (≥ 7): "
         "convert it (Convert to opset 17 on the version page)"
     ]
-    assert not any("opset" in why for why in result["openvino"].fails)
+    assert any(  # its frontend reads opset 6, but builds are measured against the source in ORT
+        "opset 6 is older than openvino runs (≥ 7)" in why for why in result["openvino"].fails
+    )
     assert any(
         "opset 6 is older than tensorrt runs (≥ 9)" in why for why in result["tensorrt"].fails
     )

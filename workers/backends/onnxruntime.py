@@ -450,7 +450,20 @@ def _preprocess(build, folder, external):
 
     output = folder / "preprocessed.onnx"
     with build.stage(0.1, "quant_pre_process: shape inference and fusion before quantising"):
-        quant_pre_process(str(build.source), str(output), save_as_external_data=external)
+        try:
+            quant_pre_process(str(build.source), str(output), save_as_external_data=external)
+        except Exception as error:  # its symbolic shape inference asserts on some graphs
+            build.note(
+                f"quant_pre_process's symbolic shape inference failed "
+                f"({type(error).__name__}: {error or 'no message'}); "
+                "preprocessing again with ONNX shape inference only"
+            )
+            quant_pre_process(
+                str(build.source),
+                str(output),
+                skip_symbolic_shape=True,
+                save_as_external_data=external,
+            )
     return output
 
 
