@@ -105,8 +105,9 @@ def old_opset_model(seed=0):
 def axis_broadcast_model():
     """Return the opset 6 model with Add aligning a [4] offset at axis 1 (broadcast=1, axis=1).
 
-    onnx.version_converter (1.23) unsqueezes the offset to [4, 1, 1, 1] instead
-    of [4, 1, 1], and the checker refuses the result: a conversion that fails.
+    The classic pre-opset-7 bias add. onnx.version_converter (1.23) alone
+    unsqueezes the offset to [4, 1, 1, 1] instead of [4, 1, 1], and the checker
+    refuses the result; workers/convert.py aligns the offset before converting.
     """
     model = old_opset_model()
     [add] = [node for node in model.graph.node if node.op_type == "Add"]
@@ -118,6 +119,64 @@ def axis_broadcast_model():
     for value in model.graph.input:
         if value.name == "offset":
             value.CopyFrom(helper.make_tensor_value_info("offset", TensorProto.FLOAT, [4]))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def legacy_broadcast_model(op_type="Mul", operand="weight", axis=1):
+    """Return an opset 6 model of one `op_type(x, b, broadcast=1, axis=axis)` with b of shape [3].
+
+    operand says what b is: "weight" (an initializer, listed as an input as IR 3
+    wants), "shared" (a weight that a second node, an Add giving output z, also
+    reads) or "input" (a graph input, so the alignment needs a node of its own).
+    """
+    weight = numpy_helper.from_array(np.array([2.0, 3.0, 4.0], np.float32), "b")
+    listed = helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])
+    nodes = [helper.make_node(op_type, ["x", "b"], ["y"], broadcast=1, axis=axis)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)]
+    if operand == "shared":
+        nodes.append(helper.make_node("Add", ["b", "b"], ["z"]))
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [3]))
+    graph = helper.make_graph(
+        nodes,
+        f"legacy-{op_type.lower()}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE), listed],
+        outputs,
+        [] if operand == "input" else [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    model.ir_version = 3
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def unknown_rank_model():
+    """Return legacy_broadcast_model with x reshaped first to dims given at run time.
+
+    Shape inference cannot tell the rank of Mul's first input, so the axis
+    cannot be turned into trailing ones.
+    """
+    model = legacy_broadcast_model()
+    [mul] = model.graph.node
+    mul.input[0] = "shaped"
+    reshape = helper.make_node("Reshape", ["x", "dims"], ["shaped"])
+    model.graph.node.insert(0, reshape)
+    model.graph.input.append(helper.make_tensor_value_info("dims", TensorProto.INT64, ["rank"]))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def unconvertible_model():
+    """Return an opset 6 model onnx.version_converter (1.23) cannot convert at all.
+
+    Its Greater-1 compares the conv model's output with a per-channel threshold:
+    the converter has no adapter from Greater-1 to Greater-7.
+    """
+    model = axis_broadcast_model()
+    [add] = [node for node in model.graph.node if node.op_type == "Add"]
+    add.op_type = "Greater"
+    [output] = model.graph.output
+    output.type.tensor_type.elem_type = TensorProto.BOOL
     onnx.checker.check_model(model, full_check=True)
     return model
 

@@ -3,9 +3,11 @@
 Old files use operator versions runtimes no longer run (ONNX Runtime needs
 ai.onnx opset 7 or later), so the source cannot be run where the converted
 model runs: the ONNX reference evaluator computes the source's outputs, ONNX
-Runtime the converted model's, on the same random inputs. The result has the
-shape of an export result (docs/protocol.md), so the hub stores the converted
-file as a child version the way it stores an exported .pt2. Runs on a worker.
+Runtime the converted model's, on the same random inputs. Opset < 7 broadcasts
+aligned at an axis are rewritten first, as onnx.version_converter aligns them
+wrongly (align_legacy_broadcasts). The result has the shape of an export
+result (docs/protocol.md), so the hub stores the converted file as a child
+version the way it stores an exported .pt2. Runs on a worker.
 """
 
 from dataclasses import dataclass, field
@@ -22,6 +24,21 @@ CONVERT_OPSET = 17
 MIN_OPSET = 7
 UNSUPPORTED = "unsupported_operator"
 REFERENCE = "onnx.reference.ReferenceEvaluator"
+# Operators that, before opset 7, broadcast their second input only when asked
+# (broadcast=1), aligned at `axis`; from opset 7 they broadcast the numpy way.
+LEGACY_BROADCAST = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": np.divide,
+    "Pow": np.power,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "Equal": np.equal,
+    "Greater": np.greater,
+    "Less": np.less,
+}
 
 
 @dataclass(frozen=True)
@@ -132,7 +149,7 @@ def convert_model(model, opset):
     if default_opset(model) == opset:
         raise JobError(f"the model is at opset {opset} already: nothing to convert")
     try:
-        converted = version_converter.convert_version(model, opset)
+        converted = version_converter.convert_version(align_legacy_broadcasts(model), opset)
         converted.ir_version = max(
             converted.ir_version, onnx.helper.find_min_ir_version_for([_opset_id(opset)])
         )
@@ -143,6 +160,139 @@ def convert_model(model, opset):
             f"{default_opset(model)} to {opset}: {_one_line(error)}"
         ) from error
     return converted
+
+
+def align_legacy_broadcasts(model):
+    """Return the model, or for opset < 7 a copy whose axis broadcasts need no axis.
+
+    onnx.version_converter's 6 to 7 adapter unsqueezes B by rank(A) - rank(B)
+    whatever the axis, so a [C] bias at axis 1 of [N, C, H, W] becomes
+    [C, 1, 1, 1] and broadcasts the batch to C. Giving B the trailing ones its
+    axis implies and dropping the axis leaves broadcast=1 alone: numpy
+    broadcasting, which the adapter keeps as it is. A node whose ranks shape
+    inference cannot tell stays as it was, for the converter to judge.
+    """
+    import onnx
+
+    if (default_opset(model) or MIN_OPSET) >= MIN_OPSET:
+        return model
+    aligned = onnx.ModelProto()
+    aligned.CopyFrom(model)
+    ranks = _ranks(aligned)
+    nodes = [new for node in aligned.graph.node for new in _aligned(aligned.graph, node, ranks)]
+    aligned.graph.ClearField("node")
+    aligned.graph.node.extend(nodes)
+    return aligned
+
+
+def _ranks(model):
+    """Return {value name: rank} for every value whose rank onnx shape inference knows."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # an unknown rank only leaves the node to the converter
+        inferred = model.graph
+    values = [*inferred.input, *inferred.value_info, *inferred.output]
+    ranks = {
+        value.name: len(value.type.tensor_type.shape.dim)
+        for value in values
+        if value.type.tensor_type.HasField("shape")
+    }
+    ranks.update({tensor.name: len(tensor.dims) for tensor in model.graph.initializer})
+    return ranks
+
+
+def _aligned(graph, node, ranks):
+    """Return the nodes that replace one: itself without `axis`, after an Unsqueeze of B if any.
+
+    Only a legacy broadcast (broadcast=1 with an axis) whose A and B ranks are
+    known changes; B gets rank(A) - axis - rank(B) trailing ones, in place when
+    it is a weight only this node reads.
+    """
+    from onnx import helper
+
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type not in LEGACY_BROADCAST or not attributes.get("broadcast"):
+        return [node]
+    if "axis" not in attributes or len(node.input) < 2:
+        return [node]
+    a_rank, b_rank = ranks.get(node.input[0]), ranks.get(node.input[1])
+    if a_rank is None or b_rank is None:
+        return [node]
+    axis = attributes["axis"] + (a_rank if attributes["axis"] < 0 else 0)
+    ones = a_rank - axis - b_rank
+    if ones < 0:
+        return [node]
+    kept = [a for a in node.attribute if a.name != "axis"]
+    node.ClearField("attribute")
+    node.attribute.extend(kept)
+    if ones == 0:
+        return [node]
+    if _weight(graph, node.input[1]) is not None:
+        node.input[1] = _reshaped_weight(graph, node.input[1], ones)
+        return [node]
+    unsqueezed = _fresh_name(graph, f"{node.input[1]}_aligned_for_{node.output[0]}")
+    unsqueeze = helper.make_node(
+        "Unsqueeze", [node.input[1]], [unsqueezed], axes=list(range(b_rank, b_rank + ones))
+    )
+    node.input[1] = unsqueezed
+    return [unsqueeze, node]
+
+
+def _weight(graph, name):
+    """Return the initializer called name, or None."""
+    return next((tensor for tensor in graph.initializer if tensor.name == name), None)
+
+
+def _reshaped_weight(graph, name, ones):
+    """Return the name of the weight reshaped with `ones` trailing ones.
+
+    A weight other nodes (or a graph output) also read keeps its shape: the
+    reshaped copy gets a new name, and is listed as an input where the weight
+    was (IR < 4 lists every initializer as one).
+    """
+    from onnx import helper, numpy_helper
+
+    weight = _weight(graph, name)
+    array = numpy_helper.to_array(weight)
+    array = array.reshape(array.shape + (1,) * ones)
+    shared = _readers(graph, name) > 1 or any(out.name == name for out in graph.output)
+    new_name = _fresh_name(graph, f"{name}_aligned") if shared else name
+    reshaped = numpy_helper.from_array(array, new_name)
+    listed = helper.make_tensor_value_info(new_name, weight.data_type, list(array.shape))
+    inputs = [value for value in graph.input if value.name == name]
+    if shared:
+        graph.initializer.append(reshaped)
+        graph.input.extend([listed] if inputs else [])
+        return new_name
+    weight.CopyFrom(reshaped)
+    for value in inputs:
+        value.CopyFrom(listed)
+    return name
+
+
+def _readers(graph, name):
+    """Return how many node inputs read name, in the graph and its subgraphs."""
+    from onnx import helper
+
+    count = 0
+    for node in graph.node:
+        count += sum(1 for used in node.input if used == name)
+        for attribute in node.attribute:
+            value = helper.get_attribute_value(attribute)
+            for subgraph in value if isinstance(value, list) else [value]:
+                count += _readers(subgraph, name) if hasattr(subgraph, "node") else 0
+    return count
+
+
+def _fresh_name(graph, stem):
+    """Return stem, or stem with a number, that no value in the graph is called yet."""
+    taken = {tensor.name for tensor in graph.initializer} | {v.name for v in graph.input}
+    taken |= {output for node in graph.node for output in node.output}
+    return next(
+        name for name in (stem, *(f"{stem}_{i}" for i in range(1, 1000))) if name not in taken
+    )
 
 
 def random_feeds(model, settings):
@@ -215,7 +365,7 @@ def _run(session, feed):
 def legacy_operators(model):
     """Return reference implementations of opset < 7 operators the evaluator lacks, or None.
 
-    Before opset 7, Add, Sub, Mul and Div broadcast only when asked
+    Before opset 7, the LEGACY_BROADCAST operators broadcast only when asked
     (broadcast=1), aligning the second input at `axis`; the evaluator
     broadcasts the numpy way, which differs as soon as axis is given.
     """
@@ -227,15 +377,16 @@ def legacy_operators(model):
     def legacy(numpy_op):
         def _run(self, a, b, broadcast=None, axis=None, consumed_inputs=None):
             if broadcast and axis is not None:
+                axis += a.ndim if axis < 0 else 0
                 b = b.reshape(b.shape + (1,) * (a.ndim - axis - b.ndim))
-            return (numpy_op(a, b).astype(a.dtype),)
+            result = numpy_op(a, b)
+            return (result if result.dtype == bool else result.astype(a.dtype),)
 
         return _run
 
-    ops = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
     return [
         type(name, (OpRun,), {"op_domain": "", "_run": legacy(numpy_op)})
-        for name, numpy_op in ops.items()
+        for name, numpy_op in LEGACY_BROADCAST.items()
     ]
 
 
