@@ -23,8 +23,9 @@ from deployhub.engines.preflight import preflight_grid
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import Job, JobState
 from deployhub.registry.datasets import DatasetError
+from deployhub.registry.exports import submit_convert
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import Model
+from deployhub.registry.models import Model, ModelVersion
 from deployhub.registry.uploads import create_dataset, create_version
 from tests.conformance_models import RECOMMENDED, REFUSED, datasets, torch_missing
 
@@ -83,6 +84,29 @@ def start_model(model, folder, team, user, device_class, source_benchmark=False)
             params=auto.benchmark_params(row.version, device_class),
         )
     return row
+
+
+def follow_conversion(row, user, device_class, timeout):
+    """Convert a version preflight refused for its opset; return the child's Row, auto mode started.
+
+    Does what the refusal offers: the hub's "Convert to opset" on a worker, then
+    auto mode on the child, which has the source's datasets (they belong to the
+    model; the labels stay the source's top-1); wait_for the row as for any other.
+    """
+    job = submit_convert(row.version, device_class, user)
+    started = time.monotonic()
+    while not (job := Job.objects.get(pk=job.pk)).is_final:
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"the conversion job #{job.pk} had not finished in {timeout} s")
+        time.sleep(1)
+    if job.state != JobState.SUCCEEDED:
+        raise AssertionError(f"the conversion job #{job.pk} failed: {job.error}")
+    child = Row(row.model, version=ModelVersion.objects.get(parent=row.version))
+    if (refusals := _preflight_refusals(child.version, device_class)) is not None:
+        child.outcome = REFUSED + refusals
+        return child
+    child.run = auto.start(child.version, device_class, user)
+    return child
 
 
 def _upload(model, path, team, user):

@@ -25,7 +25,14 @@ from tests.conformance_models import (
     onnx_file,
     torch_missing,
 )
-from tests.conformance_run import conclude, reached, start_model, summarise, wait_for
+from tests.conformance_run import (
+    conclude,
+    follow_conversion,
+    reached,
+    start_model,
+    summarise,
+    wait_for,
+)
 from tests.conftest import WorkerProcess, make_user, wait_until
 
 WORKERS = 2
@@ -147,6 +154,30 @@ def test_it_reaches_the_outcome_the_corpus_names(corpus, name):
         if "nothing-to-quantise" in BY_NAME[name].features:  # never shown as an INT8 speed-up
             assert not result["build"].endswith("int8"), explain(result)
     assert not result["failures"], explain(result)  # every build preflight allowed, built
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_the_opset_6_refusal_followed_through_conversion_ends_in_a_recommended_build(
+    alice, demo_team, device_class, make_device, start_worker, tmp_path, monkeypatch
+):
+    for name, value in QUICK.items():
+        monkeypatch.setattr(auto, name, value)
+    device, token = make_device()
+    worker = start_worker(device, token)
+    model = BY_NAME["old_opset6_batchnorm_add"]
+    source = start_model(model, tmp_path, demo_team, alice, device_class)
+    wait_for([source], 120, on_timeout=worker.output)
+    assert reached(summarise(conclude(source))), source.outcome  # "opset 6 is older than"
+
+    child = follow_conversion(source, alice, device_class, timeout=120)
+    wait_for([child], 600, on_timeout=worker.output)
+
+    result = {**summarise(conclude(child)), "expect": RECOMMENDED}  # the refusal followed
+    assert child.version.opset == 17 and child.version.export_report["max_abs_diff"] < 1e-4
+    assert result["outcome"] == RECOMMENDED, explain(result)
+    assert result["drop"] is not None and result["drop"] <= 1.0, explain(result)
+    assert not result["failures"], explain(result)
 
 
 REQUIRED_FEATURES = {
