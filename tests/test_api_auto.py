@@ -5,13 +5,12 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from deployhub.benchmarks.models import AccuracyRun
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
 from deployhub.registry.models import ModelVersion
 from deployhub.registry.uploads import create_dataset
-from tests.benchmark_results import LATENCY, record_run, result
+from tests.benchmark_results import LATENCY, record_evaluation, record_run, result
 from tests.conftest import ASSETS, stored_engine
 from tests.test_engines import FINGERPRINT, api
 from tests.test_registry_api import token_for
@@ -82,16 +81,7 @@ def measured(run, name, p50, agreement=1.0):
         engine=engine,
         state="succeeded",
     )
-    AccuracyRun.objects.create(
-        job=evaluate_job,
-        engine=engine,
-        samples=100,
-        top1_agreement=agreement,
-        max_abs_error=0.05,
-        mean_abs_error=0.01,
-        cosine_min=0.99,
-        cosine_mean=0.999,
-    )
+    record_evaluation(evaluate_job, engine, agreement, max_abs_error=0.05)
     return AutoBuild.objects.create(
         auto_run=run,
         backend="onnxruntime",

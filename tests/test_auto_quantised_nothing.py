@@ -7,11 +7,11 @@ tests/test_backends_onnxruntime.py and tests/test_backends_openvino.py.
 
 import pytest
 
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
-from tests.benchmark_results import LATENCY, result
+from tests.benchmark_results import LATENCY, record_evaluation, result
 from tests.conftest import PASSWORD, stored_engine
 
 pytestmark = pytest.mark.django_db
@@ -44,16 +44,7 @@ def measured_build(run, precision, p50, quantized_nodes=None):
     )
     BenchmarkRun.record(benchmark_job, body)
     evaluate_job = finished_job(engine, "evaluate")
-    AccuracyRun.objects.create(
-        job=evaluate_job,
-        engine=engine,
-        samples=100,
-        top1_agreement=1.0,
-        max_abs_error=0.0,
-        mean_abs_error=0.0,
-        cosine_min=1.0,
-        cosine_mean=1.0,
-    )
+    record_evaluation(evaluate_job, engine, max_abs_error=0.0, cosine_min=1.0)
     return AutoBuild.objects.create(
         auto_run=run,
         backend="onnxruntime",

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.actions import compared_engines
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job
 from deployhub.registry.models import GoldenRun, GoldenSet
-from tests.benchmark_results import LATENCY, result
+from tests.benchmark_results import LATENCY, record_evaluation, result
 from tests.conftest import PASSWORD, stored_engine
 
 pytestmark = pytest.mark.django_db
@@ -52,16 +52,7 @@ def build(
     benchmark_job = job(version, device_class, "benchmark", engine)
     BenchmarkRun.record(benchmark_job, body)
     evaluate_job = job(version, device_class, "evaluate", engine)
-    AccuracyRun.objects.create(
-        job=evaluate_job,
-        engine=engine,
-        samples=100,
-        top1_agreement=agreement,
-        max_abs_error=0.1,
-        mean_abs_error=0.01,
-        cosine_min=0.99,
-        cosine_mean=0.999,
-    )
+    record_evaluation(evaluate_job, engine, agreement)
     return AutoBuild.objects.create(
         auto_run=run,
         backend="onnxruntime",
