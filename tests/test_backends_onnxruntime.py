@@ -19,6 +19,7 @@ from workers.backends import onnxruntime as ort_backend
 from workers.backends.graph_report import histogram, onnx_graph_report
 from workers.backends.onnxruntime import FP16_ON_CPU, OnnxRuntimeBackend
 from workers.errors import JobError
+from workers.fingerprint import cpu_flags_here
 
 ASSETS = Path(__file__).resolve().parent.parent / "deployhub" / "demo" / "assets"
 DEMO_MODEL = ASSETS / "digits_cnn_v2.onnx"  # Conv+BatchNormalization+Relu blocks
@@ -361,3 +362,34 @@ def test_it_quantises_a_model_older_than_opset_13_to_int8(tmp_path, ir_version, 
     assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
     assert built.graph_report["quantized_nodes"] > 0
     assert f"int8: opset {opset} converted to 13 with onnx.version_converter" in built.log
+
+
+@pytest.mark.parametrize(
+    ("config", "machine", "flags", "saturates"),
+    [
+        ({}, "x86_64", ["avx2", "fma"], True),  # AMD EPYC (Zen 2/3): no VNNI
+        ({}, "x86_64", ["avx2", "avx512f", "avx512_vnni"], False),
+        ({}, "x86_64", ["avx2", "avx_vnni"], False),
+        ({"activation_type": "uint8", "weight_type": "uint8"}, "x86_64", ["avx2"], False),
+        ({"activation_type": "int8"}, "x86_64", ["avx2"], False),
+        ({}, "aarch64", [], False),
+        ({}, "x86_64", None, False),  # flags unknown: ONNX Runtime's own default
+    ],
+)
+def test_it_quantises_weights_to_7_bits_only_where_u8s8_kernels_saturate(
+    config, machine, flags, saturates
+):
+    assert ort_backend.u8s8_saturates(config, machine, flags) is saturates
+
+
+def test_an_int8_build_says_when_it_reduced_the_weight_range_on_this_cpu(tmp_path):
+    source = tmp_path / "source.onnx"
+    onnx.save(conv_model(7, 13, "none"), str(source))
+    calibration = calibration_npz(tmp_path / "calibration.npz", count=16)
+    here = ort_backend.u8s8_saturates({}, ort_backend.platform.machine(), cpu_flags_here())
+
+    built = OnnxRuntimeBackend().compile(
+        source, INT8, folder(tmp_path, "int8"), calibration=calibration
+    )
+
+    assert ("weights are quantised to 7 bits" in built.log) is here

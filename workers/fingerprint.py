@@ -177,6 +177,11 @@ def _cpu():
     }
 
 
+def cpu_flags_here():
+    """Return the ISA flags DeployHub cares about of this machine's CPU, None if unreadable."""
+    return _cpu()["flags"]
+
+
 def _cpuinfo_fields():
     """Return the fields of the first processor in /proc/cpuinfo ({} if unreadable)."""
     try:

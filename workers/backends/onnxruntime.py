@@ -16,6 +16,7 @@ turns a QDQ model into integer kernels whose speed, and some of whose choices,
 follow VNNI, so an INT8 model optimised for the CPU is keyed on VNNI as well.
 """
 
+import platform
 import zipfile
 from functools import partial
 from pathlib import Path
@@ -32,6 +33,7 @@ from workers.backends.base import (
 )
 from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
 from workers.errors import JobError
+from workers.fingerprint import cpu_flags_here
 
 # Build config optimization_level -> onnxruntime.GraphOptimizationLevel member.
 LEVELS = {
@@ -410,9 +412,30 @@ def _quantize_int8(build, build_config, calibration):
             str(quantized),
             reader,
             **_quantize_options(quantization, build_config),
+            reduce_range=_reduce_range(build, build_config),
             use_external_data_format=external,
         )
     return quantized
+
+
+def _reduce_range(build, build_config):
+    """Return True when u8s8 kernels would saturate here: then quantise weights to 7 bits.
+
+    Without VNNI, ONNX Runtime's x86 u8s8 kernels add pairs of products in 16 bits
+    (vpmaddubsw), which saturate; with 7-bit weights they cannot. The engine's
+    compatibility key holds VNNI for int8, so such a build serves only such CPUs.
+    """
+    saturates = u8s8_saturates(build_config, platform.machine(), cpu_flags_here())
+    if saturates:
+        build.note("int8: this CPU has no VNNI, so weights are quantised to 7 bits (reduce_range)")
+    return saturates
+
+
+def u8s8_saturates(build_config, machine, flags):
+    """Return True when an int8 build with these settings saturates on this x86 CPU without VNNI."""
+    types = [int8_setting(build_config, name) for name in ("activation_type", "weight_type")]
+    x86 = machine.lower() in ("x86_64", "amd64", "i686", "x86")
+    return types == ["uint8", "int8"] and x86 and has_vnni(flags) is False
 
 
 def opset_for_int8(build, folder):
