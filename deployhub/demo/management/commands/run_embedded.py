@@ -44,6 +44,8 @@ class Command(BaseCommand):
         self.log_dir.mkdir(exist_ok=True)
         self.supervisor = Supervisor(self.children(url, host, port, rotate_local_token()), self.say)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        # Ctrl-C stops it even when started from a shell that ignores SIGINT in background jobs.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self.supervisor.start()
             self.wait_ready(url)
