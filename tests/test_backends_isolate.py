@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from workers.backends import forkserver
 from workers.backends.isolate import (
     CATEGORIES,
     CompileFailure,
@@ -284,3 +285,53 @@ def test_a_calibration_cache_survives_the_trip_out_of_the_child(tmp_path):
 
     assert back.calibration_cache == tmp_path / "calibration.cache"
     assert back.timing_cache is None
+
+
+def child_says_where_it_runs():
+    import sys
+
+    return {
+        "pid": os.getpid(),
+        "session": os.getsid(0),
+        "parent": os.getppid(),
+        "preloaded": "onnxruntime" in sys.modules,
+    }
+
+
+def test_it_forks_each_child_from_a_warm_server_into_a_session_of_its_own():
+    first = run_isolated(f"{HERE}.child_says_where_it_runs", {}, timeout=60)
+    second = run_isolated(f"{HERE}.child_says_where_it_runs", {}, timeout=60)
+
+    server = forkserver._server.process.pid
+    assert first["parent"] == second["parent"] == server != os.getpid()
+    assert first["pid"] != second["pid"]
+    assert first["session"] == first["pid"] and second["session"] == second["pid"]
+    assert first["preloaded"] and second["preloaded"]
+
+
+def test_it_starts_a_new_server_when_the_old_one_died():
+    run_isolated(f"{HERE}.child_doubles", {"x": 1}, timeout=60)
+    old = forkserver._server.process
+    old.kill()
+    old.wait()
+
+    assert run_isolated(f"{HERE}.child_doubles", {"x": 2}, timeout=60) == {"double": 4}
+    assert forkserver._server.process.pid != old.pid
+
+
+def test_the_server_exits_when_its_caller_closes_it():
+    run_isolated(f"{HERE}.child_doubles", {"x": 1}, timeout=60)
+    server = forkserver._server
+
+    server.close()
+
+    assert server.process.wait(timeout=10) is not None
+
+
+def test_without_the_fork_server_each_child_is_a_fresh_python(monkeypatch):
+    monkeypatch.setenv("DEPLOYHUB_FORK_SERVER", "0")
+
+    ran = run_isolated(f"{HERE}.child_says_where_it_runs", {}, timeout=60)
+
+    assert ran["parent"] == os.getpid() and ran["session"] == ran["pid"]
+    assert not ran["preloaded"]

@@ -22,9 +22,11 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
 
+from workers.backends import forkserver
 from workers.backends.base import CompileResult
 from workers.errors import Cancelled, JobError, one_line
 
@@ -253,14 +255,7 @@ class _Child:
         self.reply = {}
         self.exit_code = None
         self._log, self._log_chars, self._cut = [], 0, 0
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", MODULE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_child_env(),
-            start_new_session=True,  # its own process group: a kill reaches its children
-        )
+        self.process = _start(_child_env())
         self._readers = [
             threading.Thread(target=self._read_replies, daemon=True),
             threading.Thread(target=self._read_log, daemon=True),
@@ -308,7 +303,9 @@ class _Child:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass
+            if self.process.poll() is None:  # forked a moment ago: not yet leading its group
+                with suppress(ProcessLookupError):
+                    os.kill(self.process.pid, signal.SIGKILL)
 
     def _read_replies(self):
         """Read the child's JSON lines: forward progress, keep the result or error."""
@@ -396,6 +393,24 @@ def _last_match(patterns, text):
     return max(matches, key=lambda match: match.start()).group(1) if matches else None
 
 
+def _start(env):
+    """Start a child running this module: forked from the warm fork server where it can be,
+    else a fresh Python."""
+    if forkserver.enabled():
+        try:
+            return forkserver.start_child(env)
+        except OSError as error:
+            logger.warning("starting a fresh Python for the build: %s", error)
+    return subprocess.Popen(
+        [sys.executable, "-m", MODULE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # its own process group: a kill reaches its children
+    )
+
+
 def _child_env():
     """Return the child's environment: this one, with the workers package importable."""
     env = dict(os.environ)
@@ -413,7 +428,10 @@ def _import(dotted):
 
 
 def main():
-    """Run one request from stdin in this (child) process; answer on the original stdout."""
+    """Run one request from stdin in this (child) process; answer on the original stdout.
+
+    Return the exit code: 0 with a result, 1 with an error.
+    """
     import faulthandler
 
     from workers.isolation import keep_django_out
@@ -431,9 +449,10 @@ def main():
     except BaseException as error:  # every failure goes back, MemoryError included
         traceback.print_exc()
         _reply(replies, {"error": _error_json(error)})
-        sys.exit(1)
+        return 1
     replies.write(line + "\n")
     replies.flush()
+    return 0
 
 
 def _progress_to(replies):
@@ -461,4 +480,4 @@ def _error_json(error):
 
 
 if __name__ == "__main__":
-    main()
+    forkserver.exit_now(main())
