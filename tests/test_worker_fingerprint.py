@@ -125,10 +125,13 @@ def test_it_reports_which_builds_import_what_they_need_here():
 
 def test_it_says_which_module_a_build_misses_and_what_installs_it():
     # A child Python in which sympy and nncf cannot be imported, as in an install without them.
-    code = "import sys; sys.modules['sympy'] = sys.modules['nncf'] = None\n"
+    code = (
+        "import sys; sys.modules['sympy'] = sys.modules['nncf'] = None\n"
+        "import json, workers.fingerprint as f; print(json.dumps(f.probe_capabilities()))"
+    )
 
     completed = subprocess.run(
-        [sys.executable, "-c", code + fingerprint.CAPABILITIES_PROBE],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -17,10 +17,11 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+
+from workers.errors import JobError
 
 SCHEMA = 2
 CPU_FLAGS = (
@@ -47,24 +48,7 @@ TENSORRT_DISTRIBUTIONS = (
 )
 TOOLCHAINS = ("onnxruntime", "tensorrt", "openvino", "torch", "cudnn")
 TORCH_PROBE_SECONDS = 120
-# Run by a child Python: prints torch's CUDA runtime and raw cuDNN version number as JSON.
-TORCH_BUILD_PROBE = """
-import json, torch
-try:
-    cudnn = torch.backends.cudnn.version()
-except Exception:
-    cudnn = None
-print(json.dumps({"cuda": torch.version.cuda, "cudnn": cudnn}))
-"""
 CAPABILITIES_PROBE_SECONDS = 120
-# Run by a child Python: prints, per backend, which builds import what they need, as JSON.
-CAPABILITIES_PROBE = """
-import json
-from workers.backends.registry import BACKENDS
-print(json.dumps({name: b.capabilities() for name, b in BACKENDS.items() if b.build_imports}))
-"""
-# The folder `workers` is imported from, so the child finds it wherever this process runs.
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def collect():
@@ -338,9 +322,9 @@ def _torch_build_in_child():
     process ONNX Runtime runs in, so the worker keeps torch out until a job needs it.
     """
     try:
-        build = _json_from_child(TORCH_BUILD_PROBE, TORCH_PROBE_SECONDS)
+        build = _from_child("probe_torch_build", TORCH_PROBE_SECONDS)
         return {"cuda": build["cuda"], "cudnn": _cudnn_text(build["cudnn"])}
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError, TypeError):
+    except (OSError, JobError, KeyError, TypeError):
         return {"cuda": None, "cudnn": None}  # installed but broken: unknown
 
 
@@ -355,22 +339,39 @@ def _capabilities_in_child():
     whose memory benchmarks measure. None when the child cannot say.
     """
     try:
-        capabilities = _json_from_child(CAPABILITIES_PROBE, CAPABILITIES_PROBE_SECONDS)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        capabilities = _from_child("probe_capabilities", CAPABILITIES_PROBE_SECONDS)
+    except (OSError, JobError):
         return None
     return capabilities if isinstance(capabilities, dict) else None
 
 
-def _json_from_child(code, timeout):
-    """Run code in a child Python (from the folder `workers` is in); return its last line's JSON."""
-    completed = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=PACKAGE_ROOT,
-    )
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+def _from_child(probe, timeout):
+    """Run one of the probes below in a build's child process; return what it returns.
+
+    The child forks from the worker's warm build server (workers/backends/forkserver.py),
+    which a worker starts here, at its first fingerprint: its first build starts warm.
+    """
+    from workers.backends.isolate import run_isolated
+
+    return run_isolated(f"{__name__}.{probe}", {}, timeout=timeout)
+
+
+def probe_torch_build():
+    """Return torch's CUDA runtime and raw cuDNN version number (in a child process)."""
+    import torch
+
+    try:
+        cudnn = torch.backends.cudnn.version()
+    except Exception:  # cuDNN present but unloadable
+        cudnn = None
+    return {"cuda": torch.version.cuda, "cudnn": cudnn}
+
+
+def probe_capabilities():
+    """Return, per backend, which builds import what they need (in a child process)."""
+    from workers.backends.registry import BACKENDS
+
+    return {name: b.capabilities() for name, b in BACKENDS.items() if b.build_imports}
 
 
 def _cudnn_version(torch):
