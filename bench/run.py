@@ -166,12 +166,12 @@ def run_noop_job(team, user, device_class):
     from django.db import transaction
 
     from deployhub.jobs.actions import submit_job
-    from deployhub.jobs.models import Job
+    from deployhub.jobs.models import Job, JobKind
 
     committed = []
     with transaction.atomic():
         transaction.on_commit(lambda: committed.append(time.time()))  # runs before the send
-        job = submit_job(team=team, kind="noop", device_class=device_class, user=user)
+        job = submit_job(team=team, kind=JobKind.NOOP, device_class=device_class, user=user)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         job = Job.objects.get(pk=job.pk)

@@ -3,7 +3,7 @@
 import copy
 
 from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.uploads import derive_version
 
 LATENCY = {
@@ -93,7 +93,7 @@ def record_run(version, device_class, body, engine=None):
     """Store a result as a worker's completion would: through BenchmarkRun.record on a job."""
     job = Job.objects.create(
         team=version.team,
-        kind="benchmark",
+        kind=JobKind.BENCHMARK,
         device_class=device_class,
         model_version=version,
         engine=engine,

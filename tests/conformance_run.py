@@ -21,7 +21,7 @@ from deployhub.engines import auto
 from deployhub.engines.models import AutoRun, AutoRunState
 from deployhub.engines.preflight import preflight_grid
 from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.exports import submit_convert
 from deployhub.registry.inspect import InvalidModel
@@ -77,7 +77,7 @@ def start_model(model, folder, team, user, device_class, source_benchmark=False)
     if source_benchmark and row.outcome == "":
         row.source_job = submit_job(
             team=team,
-            kind="benchmark",
+            kind=JobKind.BENCHMARK,
             device_class=device_class,
             user=user,
             model_version=row.version,

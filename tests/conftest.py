@@ -17,6 +17,7 @@ from django.test.utils import override_settings
 
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.engines.models import Engine
+from deployhub.jobs.models import JobKind
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from deployhub.teams.models import Membership, Role, Team
@@ -227,7 +228,7 @@ def job(version, device_class, alice):
 
     return submit_job(
         team=version.team,
-        kind="benchmark",
+        kind=JobKind.BENCHMARK,
         device_class=device_class,
         user=alice,
         model_version=version,

@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import ModelVersion
 from deployhub.registry.uploads import create_dataset
 from tests.benchmark_results import LATENCY, record_evaluation, record_run, result
@@ -60,8 +60,8 @@ def test_it_starts_auto_mode_and_answers_202_with_where_to_follow_it(
     assert body["dataset"]["name"] == "validation"
     builds = {(b["backend"], b["precision"]): b for b in body["builds"]}
     fp32 = builds[("onnxruntime", "fp32")]
-    assert fp32["state"] == "running" and fp32["jobs"]["compile"] is not None
-    assert Job.objects.get(pk=fp32["jobs"]["compile"]).kind == "compile"
+    assert fp32["state"] == "running" and fp32["jobs"][JobKind.COMPILE] is not None
+    assert Job.objects.get(pk=fp32["jobs"][JobKind.COMPILE]).kind == JobKind.COMPILE
     gpu_only = builds[("tensorrt", "fp16")]
     assert gpu_only["state"] == "skipped" and "NVIDIA GPU" in gpu_only["skipped"]
 
@@ -75,7 +75,7 @@ def measured(run, name, p50, agreement=1.0):
     )
     evaluate_job = Job.objects.create(
         team=version.team,
-        kind="evaluate",
+        kind=JobKind.EVALUATE,
         device_class=device_class,
         model_version=version,
         engine=engine,
@@ -96,7 +96,7 @@ def measured(run, name, p50, agreement=1.0):
 def failed(run, error):
     compile_job = Job.objects.create(
         team=run.team,
-        kind="compile",
+        kind=JobKind.COMPILE,
         device_class=run.device_class,
         model_version=run.model_version,
         state="failed",
@@ -135,7 +135,7 @@ def test_it_reports_every_build_with_its_figures_and_the_recommended_engine(
     assert builds[fast.pk]["benchmark"]["throughput_ips"] == 100.0
     assert builds[fast.pk]["accuracy"]["top1_agreement"] == 0.99
     assert builds[fast.pk]["accuracy"]["max_abs_error"] == 0.05
-    assert builds[fast.pk]["jobs"]["evaluate"] == fast.evaluate_job_id
+    assert builds[fast.pk]["jobs"][JobKind.EVALUATE] == fast.evaluate_job_id
     assert builds[slow.pk]["state"] == "done" and builds[slow.pk]["engine"] == slow.engine_id
     assert builds[broken.pk]["state"] == "failed"
     assert builds[broken.pk]["failure"] == {
@@ -168,7 +168,7 @@ def test_it_answers_a_job_with_its_state_failure_log_and_links(
 
     body = get(client, f"jobs/{job.pk}", alice).json()
 
-    assert body["kind"] == "compile" and body["state"] == "failed"
+    assert body["kind"] == JobKind.COMPILE and body["state"] == "failed"
     assert body["failure_category"] == "out_of_memory"
     assert body["error"] == "out_of_memory: the build needed 9 GB"
     assert body["log_tail"].endswith("failed at node 7\n")

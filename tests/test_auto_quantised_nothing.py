@@ -10,7 +10,7 @@ import pytest
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from tests.benchmark_results import LATENCY, record_evaluation, result
 from tests.conftest import PASSWORD, stored_engine
 
@@ -37,13 +37,13 @@ def measured_build(run, precision, p50, quantized_nodes=None):
     if quantized_nodes is not None:
         engine.graph_report = {"quantized_nodes": quantized_nodes}
         engine.save()
-    benchmark_job = finished_job(engine, "benchmark")
+    benchmark_job = finished_job(engine, JobKind.BENCHMARK)
     body = result(
         latency_ms={**LATENCY, "p50": p50, "p99": p50 * 1.2, "min": p50 * 0.9},
         throughput_ips=1000 / p50,
     )
     BenchmarkRun.record(benchmark_job, body)
-    evaluate_job = finished_job(engine, "evaluate")
+    evaluate_job = finished_job(engine, JobKind.EVALUATE)
     record_evaluation(evaluate_job, engine, max_abs_error=0.0, cosine_min=1.0)
     return AutoBuild.objects.create(
         auto_run=run,

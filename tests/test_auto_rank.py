@@ -13,7 +13,7 @@ from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.actions import compared_engines
 from deployhub.engines.models import AutoBuild, AutoRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import GoldenRun, GoldenSet
 from tests.benchmark_results import LATENCY, record_evaluation, result
 from tests.conftest import PASSWORD, stored_engine
@@ -49,9 +49,9 @@ def build(
         throughput_ips=throughput or batch * 1000 / p50,
         stability={"stable": stable, "reasons": [] if stable else ["CV 30.0% is above 10%"]},
     )
-    benchmark_job = job(version, device_class, "benchmark", engine)
+    benchmark_job = job(version, device_class, JobKind.BENCHMARK, engine)
     BenchmarkRun.record(benchmark_job, body)
-    evaluate_job = job(version, device_class, "evaluate", engine)
+    evaluate_job = job(version, device_class, JobKind.EVALUATE, engine)
     record_evaluation(evaluate_job, engine, agreement)
     return AutoBuild.objects.create(
         auto_run=run,
@@ -204,7 +204,7 @@ def test_close_builds_are_timed_side_by_side_and_that_run_decides(
     run = auto.advance(run)
 
     job = run.compare_job
-    assert run.state == "running" and job.kind == "compare"
+    assert run.state == "running" and job.kind == JobKind.COMPARE
     assert job.params["engines"] == [first.engine.pk, second.engine.pk]
     assert job.params["batch_size"] == 1
     claimed, response = finish_comparison(
@@ -343,17 +343,17 @@ LONG_ERROR = (
 )
 
 
-def failed_build(run, name, *, error=LONG_ERROR, kind="compile"):
+def failed_build(run, name, *, error=LONG_ERROR, kind=JobKind.COMPILE):
     """Add a build whose compile (or benchmark) job failed with `error`."""
     version, device_class = run.model_version, run.device_class
     failed = job(version, device_class, kind, None)
     failed.state, failed.error = "failed", error
     failed.save()
-    jobs = {"compile_job": failed} if kind == "compile" else {}
-    if kind == "benchmark":
+    jobs = {"compile_job": failed} if kind == JobKind.COMPILE else {}
+    if kind == JobKind.BENCHMARK:
         engine = engine_of(version, device_class, name)
         jobs = {"engine": engine, "benchmark_job": failed}
-        jobs["evaluate_job"] = job(version, device_class, "evaluate", engine)
+        jobs["evaluate_job"] = job(version, device_class, JobKind.EVALUATE, engine)
         error = f"benchmark: {error}"
     return AutoBuild.objects.create(
         auto_run=run, backend="openvino", precision=name, error=error, finished=True, **jobs
@@ -388,8 +388,8 @@ def test_it_says_all_builds_failed_and_is_not_green(run):
 
 def test_it_counts_the_failed_builds_beside_a_recommendation(run):
     build(run, "fp32", p50=2.0)
-    failed_build(run, "int8", error="the engine did not load", kind="benchmark")
-    failed_build(run, "bf16", error="unsupported_operator: Add-6", kind="compile")
+    failed_build(run, "int8", error="the engine did not load", kind=JobKind.BENCHMARK)
+    failed_build(run, "bf16", error="unsupported_operator: Add-6", kind=JobKind.COMPILE)
 
     builds, run = ranked(run)
 
@@ -457,7 +457,7 @@ def page_of(client, run):
 
 def test_the_page_shows_each_failure_its_category_whole_message_and_job_log(run, client, alice):
     compile_failed = failed_build(run, "fp32")
-    failed_build(run, "int8", error="the engine did not load", kind="benchmark")
+    failed_build(run, "int8", error="the engine did not load", kind=JobKind.BENCHMARK)
     skipped_build(run, "fp16", SKIP_REASON)
     auto.advance(run)
 

@@ -14,7 +14,7 @@ import pytest
 from deployhub.benchmarks.charts import accuracy_latency_figure
 from deployhub.benchmarks.models import AccuracyRun
 from deployhub.devices.models import ServingPattern
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from tests.benchmark_results import LATENCY, record_run, result
 from tests.conftest import PASSWORD, stored_engine
 
@@ -124,7 +124,7 @@ def test_the_accuracy_chart_plots_p99_per_image_and_says_so(version, device_clas
         record_run(version, device_class, result(latency_ms=KNOWN, batch_size=2), engine=engine),
     ]
     job = Job.objects.create(
-        team=version.team, kind="evaluate", device_class=device_class, engine=engine
+        team=version.team, kind=JobKind.EVALUATE, device_class=device_class, engine=engine
     )
     accuracy = AccuracyRun.objects.create(
         job=job,

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from deployhub.engines.preflight import preflight
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.models import ModelVersion
 from tests.conformance_models import modernised_opset6, write_old_opset6_batchnorm_add
 from tests.conftest import PASSWORD, wait_until
@@ -320,7 +320,7 @@ def test_the_version_page_offers_the_conversion_and_refuses_a_bad_opset(
     assert "Not converted: The opset must be a whole number from 7 to" in refused.content.decode()
     assert queued.status_code == 302
     [job] = Job.objects.all()
-    assert job.kind == "export" and job.params["convert_to_opset"] == 13
+    assert job.kind == JobKind.EXPORT and job.params["convert_to_opset"] == 13
 
 
 @pytest.mark.django_db

@@ -10,7 +10,7 @@ from deployhub.devices.models import FingerprintChange
 from deployhub.engines.actions import rebuild, request_compile
 from deployhub.engines.models import Engine
 from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -29,7 +29,7 @@ def final(job, worker, timeout=90):
 def benchmark_engine(engine, user):
     return submit_job(
         team=engine.team,
-        kind="benchmark",
+        kind=JobKind.BENCHMARK,
         device_class=engine.device_class,
         user=user,
         model_version=engine.model_version,

@@ -4,7 +4,7 @@ import pytest
 import torch
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.models import ModelVersion
 from tests.conftest import PASSWORD, wait_until
 from tests.test_registry_api import token_for
@@ -54,7 +54,7 @@ def test_a_pt2_upload_is_exported_to_onnx_by_a_worker(
     assert response.status_code == 201, response.json()
     source = ModelVersion.objects.get(pk=response.json()["version"]["id"])
     assert source.format == "pt2" and source.inputs[0]["shape"] == [1, 3, 32, 32]
-    export = Job.objects.get(model_version=source, kind="export")
+    export = Job.objects.get(model_version=source, kind=JobKind.EXPORT)
     export = wait_until(
         lambda: (j := Job.objects.get(pk=export.pk)).is_final and j,
         120,

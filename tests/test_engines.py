@@ -11,7 +11,7 @@ from deployhub.devices.models import FingerprintChange
 from deployhub.engines import signing
 from deployhub.engines.actions import request_compile, stored_file_intact
 from deployhub.engines.models import Engine, TimingCache
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from tests.benchmark_results import record_run
 from tests.conftest import PASSWORD
 from workers.backends.base import digest
@@ -99,7 +99,7 @@ def test_a_compile_stores_a_signed_engine_and_a_repeat_reuses_it(
 ):
     _, token = device_a
     engine, job = compile_(version, device_class, alice)
-    assert engine is None and job.kind == "compile"
+    assert engine is None and job.kind == JobKind.COMPILE
     assert build(client, job, token).status_code == 200
     engine = Engine.objects.get()
     assert engine.sha256 == hashlib.sha256(ENGINE_BYTES).hexdigest()
@@ -108,7 +108,7 @@ def test_a_compile_stores_a_signed_engine_and_a_repeat_reuses_it(
     assert stored_file_intact(engine)
     again, no_job = compile_(version, device_class, alice)
     assert again == engine and no_job is None
-    assert Job.objects.filter(kind="compile").count() == 1
+    assert Job.objects.filter(kind=JobKind.COMPILE).count() == 1
 
 
 def test_the_ui_says_a_compile_was_answered_from_the_store(
@@ -127,7 +127,7 @@ def test_the_ui_says_a_compile_was_answered_from_the_store(
         follow=True,
     )
     assert "Reused" in response.content.decode()
-    assert Job.objects.filter(kind="compile").count() == 1
+    assert Job.objects.filter(kind=JobKind.COMPILE).count() == 1
 
 
 def test_only_a_device_with_the_same_toolchain_downloads_the_engine(
@@ -169,7 +169,7 @@ def test_a_rebuild_after_the_change_produces_a_new_engine(
     api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
     client.login(username="alice", password=PASSWORD)
     client.post(f"/engines/{Engine.objects.get().pk}/rebuild")
-    job = Job.objects.filter(kind="compile").latest("id")
+    job = Job.objects.filter(kind=JobKind.COMPILE).latest("id")
     assert job.state == "queued" and job.params["backend"] == "onnxruntime"
 
 
@@ -181,7 +181,7 @@ def test_a_class_set_to_auto_rebuild_queues_the_rebuild_itself(
     _, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
     api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
-    assert Job.objects.filter(kind="compile", state="queued").count() == 1
+    assert Job.objects.filter(kind=JobKind.COMPILE, state="queued").count() == 1
 
 
 def test_a_timing_cache_goes_to_the_next_build_on_a_matching_device(
@@ -235,7 +235,7 @@ def test_a_build_config_the_backend_cannot_build_is_refused_up_front(
         follow=True,
     )
     assert "optimization_level" in response.content.decode()
-    assert not Job.objects.filter(kind="compile").exists()
+    assert not Job.objects.filter(kind=JobKind.COMPILE).exists()
 
 
 def test_the_api_compiles_reuses_and_reports_compatibility(
@@ -367,7 +367,7 @@ def test_it_gives_the_form_the_api_and_auto_mode_one_engine_for_one_build(
     _, token = make_device("a")
     api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
     compile_in_form(client, version, device_class, backend, form_config)
-    job = Job.objects.get(kind="compile")
+    job = Job.objects.get(kind=JobKind.COMPILE)
     build(client, job, token, fingerprint=CPU_FINGERPRINT)
     engine = Engine.objects.get()
 
@@ -377,7 +377,7 @@ def test_it_gives_the_form_the_api_and_auto_mode_one_engine_for_one_build(
     assert answer.status_code == 200 and answer.json()["reused"] is True
     assert answer.json()["engine"]["id"] == engine.pk
     assert auto_build.engine == engine and auto_build.compile_job is None
-    assert Job.objects.filter(kind="compile", params__backend=backend).count() == 1
+    assert Job.objects.filter(kind=JobKind.COMPILE, params__backend=backend).count() == 1
     assert Engine.objects.count() == 1
 
 
@@ -387,7 +387,7 @@ def test_it_stores_an_engine_under_its_build_config_with_every_default_spelt_out
     _, token = make_device("a")
     api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
     compile_in_form(client, version, device_class, "openvino", {"precision": "f32"})
-    build(client, Job.objects.get(kind="compile"), token, fingerprint=CPU_FINGERPRINT)
+    build(client, Job.objects.get(kind=JobKind.COMPILE), token, fingerprint=CPU_FINGERPRINT)
 
     engine = Engine.objects.get()
     assert engine.build_config == {

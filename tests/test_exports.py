@@ -7,7 +7,7 @@ import re
 import pytest
 
 from deployhub.benchmarks.models import AccuracyRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from tests.benchmark_results import SERVER_BLOCK, SWEEP, record_run, result
 from tests.conftest import PASSWORD, stored_engine
 from tests.test_registry_api import token_for
@@ -30,7 +30,7 @@ def runs(version, device_class, engine):
         engine=engine,
     )
     job = Job.objects.create(
-        team=version.team, kind="evaluate", device_class=device_class, engine=engine
+        team=version.team, kind=JobKind.EVALUATE, device_class=device_class, engine=engine
     )
     accuracy = AccuracyRun.record(
         job,

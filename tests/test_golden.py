@@ -11,7 +11,7 @@ from deployhub.benchmarks.models import AccuracyRun
 from deployhub.engines.actions import request_compile, request_evaluation
 from deployhub.engines.models import AutoBuild, AutoRun, Engine
 from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import GoldenRun, GoldenSet, Model
 from deployhub.registry.uploads import create_dataset, create_version
@@ -334,7 +334,7 @@ def test_an_evaluation_needs_a_dataset_or_a_golden_set_of_its_own_version(
     assert response.status_code == 400 and "Choose a dataset, a golden set or both" in (
         response.content.decode()
     )
-    assert not Job.objects.filter(kind="evaluate").exists()
+    assert not Job.objects.filter(kind=JobKind.EVALUATE).exists()
 
 
 # Tolerance flags on every page that shows an engine -------------------------------------
@@ -343,7 +343,7 @@ def test_an_evaluation_needs_a_dataset_or_a_golden_set_of_its_own_version(
 def accuracy_run(engine, user, reference_top1, top1, agreement):
     job = submit_job(
         team=engine.team,
-        kind="evaluate",
+        kind=JobKind.EVALUATE,
         device_class=engine.device_class,
         user=user,
         model_version=engine.model_version,

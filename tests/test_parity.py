@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections
 
 from deployhub.jobs.actions import claim_job, complete_job
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.parity import packs
 from deployhub.parity.actions import submit_parity
 from deployhub.parity.gates import parity_gate
@@ -63,7 +63,7 @@ def test_it_queues_a_parity_check_from_the_api(client, alice, spec_version, devi
     assert body["id"] == run.pk and body["verdict"] == "checking" and body["samples"] == 3
     assert run.sample_names == ["img0", "img1", "img2"] and run.file.name.startswith("parity/")
     job = run.job
-    assert job.kind == "parity" and job.device_class == device_class
+    assert job.kind == JobKind.PARITY and job.device_class == device_class
     assert job.model_version == spec_version and job.params == {"spec": spec_version.preprocessing}
     assert "No worker of class" in body["warning"]
 

@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.jobs.actions import cancel_job, submit_job
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Job, JobKind, JobState
 from tests.io_models import BOOL, FLOAT, INT64, io_version
 
 RESULT = {
@@ -75,7 +75,7 @@ def test_it_gives_a_queued_job_to_the_claiming_device(client, job, make_device):
     response = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     assert response.status_code == 200
     body = response.json()
-    assert body["kind"] == "benchmark" and body["params"] == {"iterations": 50}
+    assert body["kind"] == JobKind.BENCHMARK and body["params"] == {"iterations": 50}
     assert body["inputs"]["model"]["sha256"] == job.model_version.sha256
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.device == device and job.lease_expires_at
@@ -88,7 +88,7 @@ def test_it_sends_the_versions_signature_and_contract_with_the_job(
     version = io_version(demo_team, alice, inputs)
     job = submit_job(
         team=demo_team,
-        kind="benchmark",
+        kind=JobKind.BENCHMARK,
         device_class=device_class,
         user=alice,
         model_version=version,
@@ -114,12 +114,12 @@ def test_it_sends_the_versions_signature_and_contract_with_the_job(
 def test_a_job_without_a_model_version_has_no_model_io(
     client, alice, demo_team, device_class, make_device
 ):
-    job = submit_job(team=demo_team, kind="noop", device_class=device_class, user=alice)
+    job = submit_job(team=demo_team, kind=JobKind.NOOP, device_class=device_class, user=alice)
     _, token = make_device()
 
     body = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
 
-    assert body["kind"] == "noop" and body["model_io"] is None
+    assert body["kind"] == JobKind.NOOP and body["model_io"] is None
 
 
 def test_it_refuses_a_redelivered_message_for_a_running_job(client, job, make_device):

@@ -4,6 +4,7 @@ import pytest
 
 from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
 from deployhub.engines.gates import gates_open, release_gates
+from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun
 from deployhub.registry.models import GoldenRun, GoldenSet
 from tests.benchmark_results import LATENCY, result
@@ -28,7 +29,7 @@ def passed_parity(engine, passed=True):
     version = engine.model_version
     ParityRun.objects.create(
         model_version=version,
-        job=job(version, engine.device_class, "parity", None),
+        job=job(version, engine.device_class, JobKind.PARITY, None),
         file="parity/pack.zip",
         sha256="0" * 64,
         size=1,
@@ -42,7 +43,7 @@ def passed_parity(engine, passed=True):
 
 def evaluated(engine, agreement):
     AccuracyRun.objects.create(
-        job=job(engine.model_version, engine.device_class, "evaluate", engine),
+        job=job(engine.model_version, engine.device_class, JobKind.EVALUATE, engine),
         engine=engine,
         samples=300,
         top1_agreement=agreement,
@@ -55,7 +56,9 @@ def evaluated(engine, agreement):
 
 def benchmarked(engine, p99):
     body = result(latency_ms={**LATENCY, "p50": p99 / 2, "p99": p99})
-    BenchmarkRun.record(job(engine.model_version, engine.device_class, "benchmark", engine), body)
+    BenchmarkRun.record(
+        job(engine.model_version, engine.device_class, JobKind.BENCHMARK, engine), body
+    )
 
 
 def test_a_new_engine_has_every_gate_to_earn(engine):
@@ -110,7 +113,7 @@ def test_golden_pairs_must_all_be_checked_and_reproduced(engine):
     assert statuses(engine)["golden"] == "missing"
 
     GoldenRun.objects.create(
-        job=job(version, engine.device_class, "evaluate", engine), engine=engine,
+        job=job(version, engine.device_class, JobKind.EVALUATE, engine), engine=engine,
         golden_set=golden, passed=False, pairs=1, atol=1e-4, rtol=1e-3,
         outputs=[{"name": "logits", "passed": False}],
     )  # fmt: skip

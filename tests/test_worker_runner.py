@@ -26,7 +26,7 @@ from tests.feeds_models import (
     fixed_batch_of_two,
     two_in_two_out,
 )
-from workers import runner
+from workers import kinds, runner
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
 from workers.backends.onnxruntime import OnnxRuntimeBackend
@@ -156,7 +156,7 @@ def sent_job_log(hub, completion):
     return "".join(beat.get("log") or "" for beat in hub.bodies("heartbeat")) + completion["log"]
 
 
-def make_job(kind="noop", attempt=2, lease_seconds=30, params=None, inputs=None):
+def make_job(kind=kinds.NOOP, attempt=2, lease_seconds=30, params=None, inputs=None):
     return {
         "id": 12,
         "kind": kind,

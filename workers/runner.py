@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
-from workers import golden, side_by_side, signing
+from workers import golden, kinds, side_by_side, signing
 from workers.backends import registry
 from workers.backends.base import compat_key, digest
 from workers.backends.isolate import CompileFailure, compile_result_from_json, run_isolated
@@ -707,20 +707,20 @@ def run_noop(job_run, inputs):
 
 # What this worker can run, by job kind: fn(job_run, inputs) -> result.
 KINDS = {
-    "benchmark": run_benchmark,
-    "compare": run_compare,
-    "compile": run_compile,
-    "evaluate": run_evaluate,
-    "export": run_export,
-    "noop": run_noop,
-    "parity": run_parity,
+    kinds.BENCHMARK: run_benchmark,
+    kinds.COMPARE: run_compare,
+    kinds.COMPILE: run_compile,
+    kinds.EVALUATE: run_evaluate,
+    kinds.EXPORT: run_export,
+    kinds.NOOP: run_noop,
+    kinds.PARITY: run_parity,
 }
 # Checks a job passes before its inputs are downloaded, by kind: fn(job_run), raising JobError.
 CHECKS = {
-    "benchmark": check_benchmark,
-    "compare": check_benchmark,
-    "compile": check_compile,
-    "evaluate": check_benchmark,
+    kinds.BENCHMARK: check_benchmark,
+    kinds.COMPARE: check_benchmark,
+    kinds.COMPILE: check_compile,
+    kinds.EVALUATE: check_benchmark,
 }
 
 

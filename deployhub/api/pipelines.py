@@ -15,7 +15,7 @@ from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
-from deployhub.jobs.models import Job
+from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
@@ -125,9 +125,9 @@ def build_json(build):
         if build.error
         else None,
         "jobs": {
-            "compile": build.compile_job_id,
-            "benchmark": build.benchmark_job_id,
-            "evaluate": build.evaluate_job_id,
+            JobKind.COMPILE: build.compile_job_id,
+            JobKind.BENCHMARK: build.benchmark_job_id,
+            JobKind.EVALUATE: build.evaluate_job_id,
         },
         "engine": build.engine_id,
         "quantised_nothing": build.engine.quantised_nothing if build.engine else None,

@@ -12,23 +12,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.devices.models import Device
 from deployhub.engines import signing
-from deployhub.engines.actions import (
-    calibration_cache_for,
-    calibration_of,
-    compared_engines,
-    compatibility,
-    evaluation_dataset_of,
-    golden_set_of,
-    record_fingerprint,
-    timing_cache_for,
-)
+from deployhub.engines.actions import compatibility, record_fingerprint
 from deployhub.engines.models import Engine, EngineStatus
-from deployhub.jobs import actions
+from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
-from deployhub.jobs.models import Job, JobKind, JobState
-from deployhub.parity.models import parity_run_of
+from deployhub.jobs.models import Job, JobState
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import VersionFormat
 
 
 def error(status, message):
@@ -101,10 +90,6 @@ def _device_json(device):
     }
 
 
-def _input_filename(version):
-    return f"{version.model.name}-v{version.number}{VersionFormat.EXTENSIONS[version.format]}"
-
-
 def _file_input(job, name, sha256, size, filename):
     return {
         "url": f"/api/v1/jobs/{job.pk}/inputs/{name}",
@@ -129,41 +114,15 @@ def _engine_input(engine):
 
 
 def _inputs(job, device=None):
-    """Return the files a job needs, as the device that claimed it should fetch them."""
-    inputs = {}
-    if job.kind == JobKind.COMPARE:
-        for engine in compared_engines(job):
-            inputs[f"engine-{engine.pk}"] = _engine_input(engine)
-    elif job.engine is not None:
-        inputs["engine"] = _engine_input(job.engine)
-    version = job.model_version
-    if (
-        version is not None
-        and job.kind != "parity"  # a parity check needs the spec (in params) and its pack only
-        and (job.engine is None or job.kind in ("evaluate", "benchmark", "compare"))
-    ):
-        inputs["model"] = _file_input(
-            job, "model", version.sha256, version.size, _input_filename(version)
+    """Return the files a job needs, as its kind declares them (jobs/kinds.py)."""
+    return {
+        name: (
+            _engine_input(found.engine)
+            if isinstance(found, kinds.EngineInput)
+            else _file_input(job, name, found.sha256, found.size, found.filename)
         )
-    if dataset := evaluation_dataset_of(job):
-        inputs["dataset"] = _file_input(job, "dataset", dataset.sha256, dataset.size, "dataset.npz")
-    if golden := golden_set_of(job):
-        inputs["golden"] = _file_input(job, "golden", golden.sha256, golden.size, golden.filename)
-    if run := parity_run_of(job):
-        inputs["pack"] = _file_input(job, "pack", run.sha256, run.size, "parity.zip")
-    if dataset := calibration_of(job):
-        inputs["calibration"] = _file_input(
-            job, "calibration", dataset.sha256, dataset.size, "calibration.npz"
-        )
-    if device is not None and (cache := timing_cache_for(job, device)):
-        inputs["timing_cache"] = _file_input(
-            job, "timing_cache", cache.sha256, cache.size, "timing.cache"
-        )
-    if device is not None and (cache := calibration_cache_for(job, device)):
-        inputs["calibration_cache"] = _file_input(
-            job, "calibration_cache", cache.sha256, cache.size, "calibration.cache"
-        )
-    return inputs
+        for name, found in kinds.inputs_of(job, device).items()
+    }
 
 
 def _job_json(job, device=None):
@@ -266,21 +225,9 @@ def job_input(request, device, job_id, name):
     job = _job_for(device, job_id)
     if job.device_id != device.pk or job.state != JobState.RUNNING:
         return error(403, "Inputs are served only to the device running the job.")
-    if name == "model" and job.model_version is not None:
-        version = job.model_version
-        return _attachment(version.file.name, _input_filename(version))
-    if name == "dataset" and (dataset := evaluation_dataset_of(job)):
-        return _attachment(dataset.file.name, "dataset.npz")
-    if name == "golden" and (golden := golden_set_of(job)):
-        return _attachment(golden.file.name, golden.filename)
-    if name == "pack" and (run := parity_run_of(job)):
-        return _attachment(run.file.name, "parity.zip")
-    if name == "calibration" and (dataset := calibration_of(job)):
-        return _attachment(dataset.file.name, "calibration.npz")
-    if name == "timing_cache" and (cache := timing_cache_for(job, device)):
-        return _attachment(cache.file.name, "timing.cache")
-    if name == "calibration_cache" and (cache := calibration_cache_for(job, device)):
-        return _attachment(cache.file.name, "calibration.cache")
+    found = kinds.inputs_of(job, device).get(name)
+    if isinstance(found, kinds.FileInput):
+        return _attachment(found.storage_name, found.filename)
     return error(404, f"This job has no input named {name!r}.")
 
 

@@ -13,6 +13,8 @@ from django.db import transaction
 from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
 from deployhub.engines.signing import sign
 from deployhub.jobs.errors import ResultRejected
+from deployhub.jobs.kinds import EngineInput, FileInput
+from deployhub.jobs.models import JobKind
 from deployhub.teams.models import Event
 from workers.backends import tensorrt_plan
 from workers.backends.base import compat_key, describe_differences, differences, digest
@@ -151,7 +153,7 @@ def request_compile(version, device_class, backend, build_config, user):
         params["calibration_dataset"] = calibration.pk
     job = submit_job(
         team=version.team,
-        kind="compile",
+        kind=JobKind.COMPILE,
         device_class=device_class,
         user=user,
         model_version=version,
@@ -164,7 +166,7 @@ def calibration_of(job):
     """Return the calibration dataset a compile job was given, if any."""
     from deployhub.registry.models import Dataset
 
-    dataset_id = job.params.get("calibration_dataset") if job.kind == "compile" else None
+    dataset_id = job.params.get("calibration_dataset") if job.kind == JobKind.COMPILE else None
     return (
         Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
         if (dataset_id)
@@ -176,7 +178,7 @@ def evaluation_dataset_of(job):
     """Return the dataset an evaluate job runs on, if any."""
     from deployhub.registry.models import Dataset
 
-    dataset_id = job.params.get("dataset") if job.kind == "evaluate" else None
+    dataset_id = job.params.get("dataset") if job.kind == JobKind.EVALUATE else None
     return (
         Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
         if (dataset_id)
@@ -190,7 +192,7 @@ def compared_engines(job):
     Only engines of the job's own device class and version count, so a job cannot
     name another team's engine.
     """
-    if job.kind != "compare":
+    if job.kind != JobKind.COMPARE:
         return []
     ids = [pk for pk in job.params.get("engines") or () if isinstance(pk, int)]
     engines = Engine.objects.filter(
@@ -203,7 +205,8 @@ def golden_set_of(job):
     """Return the golden set an evaluate job checks its engine on, if any."""
     from deployhub.registry.models import GoldenSet
 
-    golden_id = (job.params.get("golden") or {}).get("set") if job.kind == "evaluate" else None
+    golden = job.params.get("golden") or {}
+    golden_id = golden.get("set") if job.kind == JobKind.EVALUATE else None
     if not golden_id or job.engine is None:
         return None
     return GoldenSet.objects.filter(pk=golden_id, model_version=job.engine.model_version).first()
@@ -235,7 +238,7 @@ def request_evaluation(
         }
     return submit_job(
         team=engine.team,
-        kind="evaluate",
+        kind=JobKind.EVALUATE,
         device_class=engine.device_class,
         user=user,
         model_version=version,
@@ -246,7 +249,7 @@ def request_evaluation(
 
 def timing_cache_for(job, device):
     """Return the timing cache a compile job should start from on this device, if any."""
-    if job.kind != "compile" or not device.fingerprint:
+    if job.kind != JobKind.COMPILE or not device.fingerprint:
         return None
     params = job.params
     key, _ = key_for(params["backend"], params.get("build_config") or {}, device.fingerprint)
@@ -256,7 +259,7 @@ def timing_cache_for(job, device):
 def calibration_key(job, tensorrt_version):
     """Return the key of the calibration cache a TensorRT INT8 compile job uses, or None."""
     params = job.params
-    if job.kind != "compile" or params.get("backend") != "tensorrt" or not tensorrt_version:
+    if job.kind != JobKind.COMPILE or params.get("backend") != "tensorrt" or not tensorrt_version:
         return None
     build_config = params.get("build_config") or {}
     dataset = calibration_of(job)
@@ -273,6 +276,47 @@ def calibration_cache_for(job, device):
     """Return the calibration cache a TensorRT INT8 build on this device can start from."""
     key = calibration_key(job, _tensorrt_version(device.fingerprint))
     return CalibrationCache.objects.filter(key=key).first() if key else None
+
+
+def calibration_input(job, device=None):
+    """A compile job's calibration dataset, when its build calibrates."""
+    dataset = calibration_of(job)
+    return {"calibration": _dataset_file(dataset, "calibration.npz")} if dataset else {}
+
+
+def evaluation_dataset_input(job, device=None):
+    """The dataset an evaluate job runs on, when it names one."""
+    dataset = evaluation_dataset_of(job)
+    return {"dataset": _dataset_file(dataset, "dataset.npz")} if dataset else {}
+
+
+def golden_input(job, device=None):
+    """The golden set an evaluate job checks its engine on, when it names one."""
+    golden = golden_set_of(job)
+    if golden is None:
+        return {}
+    return {"golden": FileInput(golden.file.name, golden.sha256, golden.size, golden.filename)}
+
+
+def compared_engine_inputs(job, device=None):
+    """The engines a compare job times side by side, each as engine-<id>."""
+    return {f"engine-{engine.pk}": EngineInput(engine) for engine in compared_engines(job)}
+
+
+def timing_cache_input(job, device=None):
+    """The timing cache the device that claimed a compile job starts from, if any."""
+    cache = timing_cache_for(job, device) if device is not None else None
+    return {"timing_cache": _dataset_file(cache, "timing.cache")} if cache else {}
+
+
+def calibration_cache_input(job, device=None):
+    """The calibration cache the device that claimed a compile job starts from, if any."""
+    cache = calibration_cache_for(job, device) if device is not None else None
+    return {"calibration_cache": _dataset_file(cache, "calibration.cache")} if cache else {}
+
+
+def _dataset_file(stored, filename):
+    return FileInput(stored.file.name, stored.sha256, stored.size, filename)
 
 
 def _tensorrt_version(fingerprint):

@@ -178,7 +178,7 @@ def _measure(build, user):
     run, engine = build.auto_run, build.engine
     params = {**benchmark_params(engine.model_version, run.device_class), "auto_build": build.pk}
     build.benchmark_job = submit_job(
-        kind="benchmark",
+        kind=JobKind.BENCHMARK,
         team=run.team,
         device_class=run.device_class,
         user=user,
@@ -328,6 +328,8 @@ def record_comparison(job, result):
 
 def advance_for_job(job):
     """Advance the auto run a finished job belongs to (a build's job, or its comparison)."""
+    if not (job.params.get("auto_build") or job.params.get("auto_run")):
+        return
     build = AutoBuild.objects.filter(pk=job.params.get("auto_build")).first()
     run = build.auto_run if build else AutoRun.objects.filter(pk=job.params.get("auto_run")).first()
     if run is not None:

@@ -217,7 +217,7 @@ class AutoRun(models.Model):
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
-        related_name="+",
+        related_name="auto_runs_compared",
         help_text="The side-by-side benchmark of the fastest eligible builds, if there was one.",
     )
     created_by = models.ForeignKey(

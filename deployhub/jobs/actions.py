@@ -11,26 +11,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.engines.actions import record_engine
-from deployhub.engines.auto import record_comparison
+from deployhub.jobs import kinds
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import Job, JobKind, JobState
-from deployhub.parity.models import ParityRun
-from deployhub.registry.exports import record_export
-from deployhub.registry.golden import record_evaluation
 from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
-
-RESULT_HANDLERS = {
-    JobKind.BENCHMARK: BenchmarkRun.record,
-    JobKind.EVALUATE: record_evaluation,
-    JobKind.EXPORT: record_export,
-    JobKind.COMPILE: record_engine,
-    JobKind.PARITY: ParityRun.record,
-    JobKind.COMPARE: record_comparison,
-}
 
 __all__ = ["JobConflict", "ResultRejected", "WrongDevice"]
 
@@ -161,12 +147,12 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
         if job.state != JobState.RUNNING:
             raise JobConflict(f"The job is {job.state}; it cannot be completed.")
         job.append_log(log, source=None)
-        if state == JobState.SUCCEEDED and job.kind in RESULT_HANDLERS:
+        if state == JobState.SUCCEEDED:
             state, error = _store_result(job, result or {})
         _finish(job, state, error=error)
         Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
-        if job.params.get("auto_build") or job.params.get("auto_run"):
-            transaction.on_commit(lambda: advance_for_job(job))
+        for callback in kinds.finished_callbacks():
+            transaction.on_commit(lambda callback=callback: callback(job))
     return job
 
 
@@ -174,7 +160,7 @@ def _store_result(job, result):
     """Store the result of a succeeded attempt; a rejected result fails the job instead."""
     try:
         with transaction.atomic():
-            stored = RESULT_HANDLERS[job.kind](job, result)
+            stored = kinds.record(job, result)
     except ResultRejected as exc:
         return JobState.FAILED, str(exc)
     if job.kind == JobKind.COMPILE:
@@ -209,12 +195,6 @@ def cancel_job(job_id, user):
             job.save()
         Event.record(job.team, user, "job.cancel", job)
     return job
-
-
-def advance_for_job(job):
-    from deployhub.engines.auto import advance_for_job as advance
-
-    advance(job)
 
 
 def _reap(job, now):

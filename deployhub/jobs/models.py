@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployhub.choices import ChoiceSet
+from workers import kinds
 
 LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
 # How a worker classifies a failed build or first load (workers/backends/isolate.py).
@@ -36,13 +37,13 @@ class JobState(ChoiceSet):
 
 
 class JobKind(ChoiceSet):
-    BENCHMARK = "benchmark"
-    NOOP = "noop"
-    EXPORT = "export"
-    COMPILE = "compile"
-    EVALUATE = "evaluate"
-    PARITY = "parity"
-    COMPARE = "compare"
+    BENCHMARK = kinds.BENCHMARK
+    NOOP = kinds.NOOP
+    EXPORT = kinds.EXPORT
+    COMPILE = kinds.COMPILE
+    EVALUATE = kinds.EVALUATE
+    PARITY = kinds.PARITY
+    COMPARE = kinds.COMPARE
     CHOICES = (
         (BENCHMARK, "Benchmark", "blue"),
         (NOOP, "No-op (pipeline check)", "grey"),

@@ -2,14 +2,14 @@
 
 from celery import shared_task
 
+from deployhub.jobs import kinds
 from deployhub.jobs.actions import reap_expired_jobs
 
 
 @shared_task(name="deployhub.jobs.reap", ignore_result=True)
 def reap():
-    """Re-queue or fail jobs whose lease expired; move auto runs on whatever happened."""
-    from deployhub.engines.auto import advance_running
-
+    """Re-queue or fail jobs whose lease expired; then run what subscribed to the pass."""
     reaped = len(reap_expired_jobs())
-    advance_running()
+    for callback in kinds.reap_callbacks():
+        callback()
     return reaped

@@ -7,7 +7,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from deployhub.engines.models import AutoRun
 from deployhub.jobs.actions import JobConflict, cancel_job
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.teams.access import current_team, require_role, teams_of
@@ -38,7 +37,7 @@ def job_detail(request, pk):
         "job": job,
         "status": job_status_dict(job),
         "benchmarks": [benchmark] if benchmark else [],
-        "compared_in": AutoRun.objects.filter(compare_job=job).first(),
+        "compared_in": job.auto_runs_compared.first(),
     }
     return render(request, "jobs/detail.html", context)
 

@@ -3,3 +3,11 @@ from django.apps import AppConfig
 
 class ParityConfig(AppConfig):
     name = "deployhub.parity"
+
+    def ready(self):
+        """Subscribe to parity jobs: they get the spec in their params and the pack as input."""
+        from deployhub.jobs import kinds
+        from deployhub.jobs.models import JobKind
+        from deployhub.parity.models import ParityRun, pack_input
+
+        kinds.subscribe(JobKind.PARITY, record=ParityRun.record, inputs=(pack_input,))

@@ -7,6 +7,7 @@ from django.db import models
 
 from deployhub.choices import ChoiceSet
 from deployhub.jobs.errors import ResultRejected
+from deployhub.jobs.kinds import FileInput
 from deployhub.jobs.models import JobState
 
 
@@ -175,4 +176,10 @@ def _diagnosis(entry):
 
 def parity_run_of(job):
     """Return the parity run a parity job checks, if any."""
-    return ParityRun.objects.filter(job=job).first() if job.kind == "parity" else None
+    return ParityRun.objects.filter(job=job).first()
+
+
+def pack_input(job, device=None):
+    """A parity job's pack: the zip of images and the tensors the training pipeline made."""
+    run = parity_run_of(job)
+    return {"pack": FileInput(run.file.name, run.sha256, run.size, "parity.zip")} if run else {}

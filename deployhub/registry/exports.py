@@ -8,6 +8,7 @@ import onnx
 from django.conf import settings
 
 from deployhub.jobs.errors import ResultRejected
+from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
@@ -32,7 +33,7 @@ def submit_export(version, device_class, user):
 
     return submit_job(
         team=version.team,
-        kind="export",
+        kind=JobKind.EXPORT,
         device_class=device_class,
         user=user,
         model_version=version,
@@ -57,7 +58,7 @@ def submit_convert(version, device_class, user, opset=None):
         raise ConversionRefused("No device class to convert on: register one, then convert.")
     return submit_job(
         team=version.team,
-        kind="export",
+        kind=JobKind.EXPORT,
         device_class=device_class,
         user=user,
         model_version=version,

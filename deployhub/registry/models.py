@@ -133,6 +133,11 @@ class ModelVersion(models.Model):
         return reverse("version_detail", args=[self.pk])
 
     @property
+    def download_name(self):
+        """Return the name a device saves the file under ("resnet-v3.onnx")."""
+        return f"{self.model.name}-v{self.number}{VersionFormat.EXTENSIONS[self.format]}"
+
+    @property
     def team(self):
         return self.model.team
 
