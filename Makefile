@@ -45,6 +45,7 @@ conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 lint: $(TEST_VENV)/.installed-test
 	$(TEST_PY) -m ruff check .
 	$(TEST_PY) -m ruff format --check .
+	$(TEST_VENV)/bin/lint-imports
 
 format: $(TEST_VENV)/.installed-test
 	$(TEST_PY) -m ruff check --fix .

@@ -50,6 +50,20 @@ class Row:
         return self.run.recommended if self.run else None
 
 
+# Short runs for auto mode in tests, which check that builds are correct, not how fast they
+# are (`make conformance` and `make bench` measure with the default runs).
+QUICK_BENCHMARKS = {
+    "REALTIME_BENCHMARK": {
+        "scenario": "single-stream",
+        "batch_size": 1,
+        "warmup_s": 0.05,
+        "duration_s": 0.25,
+    },
+    "BATCH_BENCHMARK": {"scenario": "offline", "warmup_s": 0.05, "duration_s": 0.25},
+    "COMPARE_BENCHMARK": {"rounds": 2, "duration_s": 0.2, "warmup_s": 0.05},
+}
+
+
 def start_model(model, folder, team, user, device_class, source_benchmark=False):
     """Upload a corpus model, attach its datasets, preflight it and start auto mode.
 

@@ -17,7 +17,7 @@ from django.test.utils import override_settings
 
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.engines.models import Engine
-from deployhub.jobs.models import JobKind
+from deployhub.jobs.models import FAILURE_CATEGORIES, JobKind
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from deployhub.teams.models import Membership, Role, Team
@@ -250,3 +250,9 @@ def stored_engine(version, device_class, build_config=None, backend="onnxruntime
         size=1,
         signature="00",
     )
+
+
+def category_sent_with(error):
+    """Return the category a worker sends with an error it wrote as "<category>: ...", or ""."""
+    head = error.split(":", 1)[0]
+    return head if head in FAILURE_CATEGORIES else ""

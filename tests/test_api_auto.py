@@ -11,7 +11,7 @@ from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import ModelVersion
 from deployhub.registry.uploads import create_dataset
 from tests.benchmark_results import LATENCY, record_evaluation, record_run, result
-from tests.conftest import ASSETS, stored_engine
+from tests.conftest import ASSETS, category_sent_with, stored_engine
 from tests.test_engines import FINGERPRINT, api
 from tests.test_registry_api import token_for
 
@@ -101,6 +101,7 @@ def failed(run, error):
         model_version=run.model_version,
         state="failed",
         error=error,
+        failure_category=category_sent_with(error),
         log="loading\nparsing\nfailed at node 7\n",
     )
     return AutoBuild.objects.create(

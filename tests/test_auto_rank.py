@@ -16,7 +16,7 @@ from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import GoldenRun, GoldenSet
 from tests.benchmark_results import LATENCY, record_evaluation, result
-from tests.conftest import PASSWORD, stored_engine
+from tests.conftest import PASSWORD, category_sent_with, stored_engine
 
 pytestmark = pytest.mark.django_db
 
@@ -348,6 +348,7 @@ def failed_build(run, name, *, error=LONG_ERROR, kind=JobKind.COMPILE):
     version, device_class = run.model_version, run.device_class
     failed = job(version, device_class, kind, None)
     failed.state, failed.error = "failed", error
+    failed.failure_category = category_sent_with(error)
     failed.save()
     jobs = {"compile_job": failed} if kind == JobKind.COMPILE else {}
     if kind == JobKind.BENCHMARK:

@@ -26,6 +26,7 @@ from tests.conformance_models import (
     torch_missing,
 )
 from tests.conformance_run import (
+    QUICK_BENCHMARKS,
     conclude,
     follow_conversion,
     reached,
@@ -37,18 +38,6 @@ from tests.conftest import WorkerProcess, make_user, wait_until
 
 WORKERS = 2
 CORPUS_TIMEOUT_S = 1200
-# Short runs: the corpus checks that every model gets a correct build, not how fast it is
-# (`make conformance` measures with longer runs).
-QUICK = {
-    "REALTIME_BENCHMARK": {
-        "scenario": "single-stream",
-        "batch_size": 1,
-        "warmup_s": 0.05,
-        "duration_s": 0.25,
-    },
-    "BATCH_BENCHMARK": {"scenario": "offline", "warmup_s": 0.05, "duration_s": 0.25},
-    "COMPARE_BENCHMARK": {"rounds": 2, "duration_s": 0.2, "warmup_s": 0.05},
-}
 # Models that fail today, each with the issue item whose fix it waits for (none now).
 WAITING = {}
 # A comma-separated subset of the corpus to run while working on one model (default: all).
@@ -115,7 +104,7 @@ def corpus(django_db_setup, django_db_blocker, live_server, tmp_path_factory, py
         override_settings(**places),
         pytest.MonkeyPatch.context() as patch,
     ):
-        for name, value in QUICK.items():
+        for name, value in QUICK_BENCHMARKS.items():
             patch.setattr(auto, name, value)
         try:
             results, timing = _drive(live_server, folder)
@@ -161,7 +150,7 @@ def test_it_reaches_the_outcome_the_corpus_names(corpus, name):
 def test_the_opset_6_refusal_followed_through_conversion_ends_in_a_recommended_build(
     alice, demo_team, device_class, make_device, start_worker, tmp_path, monkeypatch
 ):
-    for name, value in QUICK.items():
+    for name, value in QUICK_BENCHMARKS.items():
         monkeypatch.setattr(auto, name, value)
     device, token = make_device()
     worker = start_worker(device, token)

@@ -271,11 +271,13 @@ def benchmark_calls(monkeypatch):
 
 def engine_benchmark(engine_bytes, key, **input_fields):
     inputs = {"engine": engine_input(engine_bytes, key, **input_fields)}
-    return make_job("benchmark", params={"warmup_iterations": 2, "iterations": 20}, inputs=inputs)
+    return make_job(
+        kinds.BENCHMARK, params={"warmup_iterations": 2, "iterations": 20}, inputs=inputs
+    )
 
 
 def test_it_claims_and_completes_a_noop_job(start_hub):
-    hub = start_hub(make_job("noop", attempt=2))
+    hub = start_hub(make_job(kinds.NOOP, attempt=2))
 
     state = run(hub, attempt=2)
 
@@ -291,7 +293,7 @@ def test_it_claims_and_completes_a_noop_job(start_hub):
 
 
 def test_it_drops_a_message_the_hub_refuses_to_claim(start_hub):
-    hub = start_hub(make_job("noop", attempt=3))
+    hub = start_hub(make_job(kinds.NOOP, attempt=3))
 
     state = run(hub, attempt=2)
 
@@ -313,7 +315,7 @@ def test_it_fails_a_job_of_a_kind_it_cannot_run(start_hub):
 
 def test_it_benchmarks_a_downloaded_model_with_heartbeats(start_hub, tiny_model, tmp_path):
     job = make_job(
-        "benchmark",
+        kinds.BENCHMARK,
         lease_seconds=0.12,
         params={"iterations": 60_000, "batch_size": 2},
         inputs={"model": model_input(tiny_model)},
@@ -341,7 +343,7 @@ def test_it_benchmarks_a_downloaded_model_with_heartbeats(start_hub, tiny_model,
 
 def test_it_reports_progress_within_a_second_even_with_a_long_lease(start_hub, tiny_model):
     job = make_job(
-        "benchmark",
+        kinds.BENCHMARK,
         lease_seconds=300,  # a heartbeat every 100 s: progress must not wait for it
         params={"iterations": 10_000_000},
         inputs={"model": model_input(tiny_model)},
@@ -362,7 +364,7 @@ def test_it_reports_progress_within_a_second_even_with_a_long_lease(start_hub, t
 
 
 def test_it_fails_a_job_whose_input_does_not_match_its_sha256(start_hub, tiny_model, tmp_path):
-    job = make_job("benchmark", inputs={"model": model_input(tiny_model, sha256="0" * 64)})
+    job = make_job(kinds.BENCHMARK, inputs={"model": model_input(tiny_model, sha256="0" * 64)})
     hub = start_hub(job, {"model": tiny_model})
     workdir = tmp_path / "work"
 
@@ -377,7 +379,7 @@ def test_it_fails_a_job_whose_input_does_not_match_its_sha256(start_hub, tiny_mo
 
 def test_it_fails_with_one_line_and_the_traceback_when_the_model_is_broken(start_hub):
     junk = b"this is not an onnx model"
-    hub = start_hub(make_job("benchmark", inputs={"model": model_input(junk)}), {"model": junk})
+    hub = start_hub(make_job(kinds.BENCHMARK, inputs={"model": model_input(junk)}), {"model": junk})
 
     state = run(hub)
 
@@ -389,7 +391,7 @@ def test_it_fails_with_one_line_and_the_traceback_when_the_model_is_broken(start
 
 def test_it_cancels_when_the_hub_asks_in_a_heartbeat(start_hub, tiny_model):
     job = make_job(
-        "benchmark",
+        kinds.BENCHMARK,
         lease_seconds=0.3,
         params={"iterations": 10_000_000},
         inputs={"model": model_input(tiny_model)},
@@ -409,7 +411,7 @@ def test_it_cancels_when_the_hub_asks_in_a_heartbeat(start_hub, tiny_model):
 
 def test_it_stops_quietly_when_a_heartbeat_says_the_job_moved_on(start_hub, tiny_model):
     job = make_job(
-        "benchmark",
+        kinds.BENCHMARK,
         lease_seconds=0.3,
         params={"iterations": 10_000_000},
         inputs={"model": model_input(tiny_model)},
@@ -424,7 +426,7 @@ def test_it_stops_quietly_when_a_heartbeat_says_the_job_moved_on(start_hub, tiny
 
 
 def test_it_returns_dropped_when_the_hub_refuses_the_completion(start_hub):
-    hub = start_hub(make_job("noop"))
+    hub = start_hub(make_job(kinds.NOOP))
     hub.complete_answer = (409, {"error": "attempt 2 is stale"})
 
     assert run(hub) == "dropped"
@@ -432,7 +434,7 @@ def test_it_returns_dropped_when_the_hub_refuses_the_completion(start_hub):
 
 
 def test_it_refuses_an_input_name_that_would_leave_the_job_folder(start_hub, tmp_path):
-    job = make_job("benchmark", inputs={"../escape": model_input(b"x")})
+    job = make_job(kinds.BENCHMARK, inputs={"../escape": model_input(b"x")})
     hub = start_hub(job, {"../escape": b"x"})
 
     state = run(hub, workdir_root=tmp_path / "work")
@@ -445,7 +447,7 @@ def test_it_refuses_an_input_name_that_would_leave_the_job_folder(start_hub, tmp
 
 def test_it_exports_a_pt2_to_onnx_and_uploads_it(start_hub, small_pt2, tmp_path):
     job = make_job(
-        "export",
+        kinds.EXPORT,
         params={"input_shapes": {"input": [1, 4]}, "opset": 17},
         inputs={"model": model_input(small_pt2, filename="small.pt2")},
     )
@@ -473,7 +475,7 @@ def test_it_exports_a_pt2_to_onnx_and_uploads_it(start_hub, small_pt2, tmp_path)
 def test_it_fails_an_export_of_a_file_that_is_not_a_pt2_without_uploading(start_hub):
     junk = b"this is not a torch.export program"
     job = make_job(
-        "export",
+        kinds.EXPORT,
         params={"input_shapes": {"input": [1, 4]}},
         inputs={"model": model_input(junk, filename="model.pt2")},
     )
@@ -492,7 +494,7 @@ def test_it_compiles_a_model_with_onnxruntime_and_uploads_the_engine(
 ):
     build_config = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "build_config": build_config},
         inputs={"model": model_input(tiny_model)},
     )
@@ -533,7 +535,7 @@ def test_it_zips_an_engine_whose_model_has_external_data(start_hub, tmp_path):
         archive.write(tmp_path / "w.bin", "w.bin")
     data = upload_zip.getvalue()
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime"},
         inputs={"model": model_input(data, filename="big.zip")},
     )
@@ -553,7 +555,7 @@ def test_it_zips_an_engine_whose_model_has_external_data(start_hub, tmp_path):
 @pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
 def test_it_fails_a_compile_for_a_missing_runtime_at_once(start_hub, tiny_model):
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "tensorrt", "build_config": {"precision": "fp16"}},
         inputs={"model": model_input(tiny_model)},
     )
@@ -569,7 +571,7 @@ def test_it_fails_a_compile_for_a_missing_runtime_at_once(start_hub, tiny_model)
 
 def test_it_fails_a_compile_with_a_config_the_backend_cannot_build(start_hub, tiny_model):
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "build_config": {"optimization_level": "max"}},
         inputs={"model": model_input(tiny_model)},
     )
@@ -609,7 +611,7 @@ def test_it_compiles_int8_with_the_calibration_input_and_reports_the_graph(start
     calibration = (DEMO_ASSETS / "calibration.npz").read_bytes()
     build_config = {"precision": "int8", "calibration_samples": 20}
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "build_config": build_config},
         inputs={
             "model": model_input(model),
@@ -637,7 +639,7 @@ def test_it_compiles_int8_with_the_calibration_input_and_reports_the_graph(start
 def test_it_fails_a_compile_with_the_category_and_node_first(start_hub, tmp_path):
     model = unsupported_operator_model(tmp_path / "abs.onnx")
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "build_config": {}},
         inputs={"model": model_input(model)},
     )
@@ -648,6 +650,7 @@ def test_it_fails_a_compile_with_the_category_and_node_first(start_hub, tmp_path
     assert state == "failed"
     [completion] = hub.bodies("complete")
     assert completion["error"].startswith("unsupported_operator: ")
+    assert completion["failure_category"] == "unsupported_operator"
     assert "node with name 'the_abs'" in completion["error"] and "\n" not in completion["error"]
     assert "--- log of the child process ---" in completion["log"]
     assert "Traceback (most recent call last)" in completion["log"]
@@ -656,7 +659,7 @@ def test_it_fails_a_compile_with_the_category_and_node_first(start_hub, tmp_path
 
 def test_it_refuses_a_compile_time_limit_that_is_not_a_positive_number(start_hub, tiny_model):
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "timeout_seconds": 0},
         inputs={"model": model_input(tiny_model)},
     )
@@ -798,7 +801,7 @@ def test_it_times_two_engines_of_different_backends_side_by_side(
         "model": model_input(tiny_model),
     }
     params = {"engines": [7, 8], "rounds": 2, "duration_s": 0.2, "warmup_s": 0}
-    hub = start_hub(make_job("compare", params=params, inputs=inputs), {"model": tiny_model})
+    hub = start_hub(make_job(kinds.COMPARE, params=params, inputs=inputs), {"model": tiny_model})
     hub.engines.update({7: tiny_engine, 8: openvino_bytes})
 
     state = run(hub, signing_public_key=hub_key.public_hex)
@@ -823,7 +826,7 @@ def test_it_refuses_a_compare_job_when_one_engine_was_tampered_with(
     other["sha256"] = hashlib.sha256(tampered).hexdigest()  # honest size and sha256, no signature
     inputs = {"engine-7": engine_input(tiny_engine, hub_key), "engine-8": other}
     params = {"engines": [7, 8]}
-    hub = start_hub(make_job("compare", params=params, inputs=inputs))
+    hub = start_hub(make_job(kinds.COMPARE, params=params, inputs=inputs))
     hub.engines.update({7: tiny_engine, 8: tampered})
 
     state = run(hub, signing_public_key=hub_key.public_hex)
@@ -837,7 +840,7 @@ def test_it_benchmarks_at_the_shapes_of_the_model_io_the_claim_carries(start_hub
     hw = {"2": {"min": 8, "opt": 16, "max": 32}, "3": {"min": 8, "opt": 12, "max": 32}}
     contract = {"inputs": {"x": batch_entry(["batch", 3, "H", "W"], {"sizes": [2, 4]}, hw)}}
     inputs = {"model": model_input(model.read_bytes())}
-    job = make_job("benchmark", params={"iterations": 20}, inputs=inputs)
+    job = make_job(kinds.BENCHMARK, params={"iterations": 20}, inputs=inputs)
     job["model_io"] = {**model_io_from_onnx(model), "contract": contract}
     hub = start_hub(job, {"model": model.read_bytes()})
 
@@ -854,7 +857,7 @@ def test_it_calibrates_an_int8_build_on_every_input_the_claim_names(start_hub, t
     np.savez(buffer, a=np.ones((6, 8), np.float32), b=np.zeros((6, 8), np.float32))
     build_config = {"precision": "int8", "calibration_samples": 4}
     job = make_job(
-        "compile",
+        kinds.COMPILE,
         params={"backend": "onnxruntime", "build_config": build_config},
         inputs={
             "model": model_input(model),
@@ -874,7 +877,7 @@ def test_it_calibrates_an_int8_build_on_every_input_the_claim_names(start_hub, t
 def test_it_keeps_every_line_of_an_onnx_runtime_error_in_the_job_error(start_hub, tmp_path):
     model = fixed_batch_of_two(tmp_path / "b2.onnx")
     inputs = {"model": model_input(model.read_bytes())}
-    job = make_job("benchmark", params={"iterations": 5}, inputs=inputs)
+    job = make_job(kinds.BENCHMARK, params={"iterations": 5}, inputs=inputs)
     # A signature that disagrees with the file (batch symbolic, the file fixes 2).
     job["model_io"] = {"inputs": [{"name": "x", "dtype": "float", "shape": ["N", 8]}]}
     hub = start_hub(job, {"model": model.read_bytes()})

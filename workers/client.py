@@ -118,9 +118,18 @@ class HubClient:
                 files={"file": (path.name, handle)},
             )
 
-    def complete(self, job_id, attempt, state, result=None, error=None, log=None):
-        """Report the final state of a job attempt."""
-        body = _without_none(attempt=attempt, state=state, result=result, error=error, log=log)
+    def complete(
+        self, job_id, attempt, state, result=None, error=None, log=None, failure_category=None
+    ):
+        """Report the final state of a job attempt (a failed build with its category)."""
+        body = _without_none(
+            attempt=attempt,
+            state=state,
+            result=result,
+            error=error,
+            log=log,
+            failure_category=failure_category,
+        )
         return self._json("POST", f"jobs/{job_id}/complete", json=body)
 
     def _json(self, method, path, **kwargs):

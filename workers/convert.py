@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workers.backends.isolate import CompileFailure
 from workers.errors import JobError, one_line
 from workers.export import output_difference
 from workers.feeds import random_array
@@ -140,7 +141,7 @@ def default_opset(model):
 def convert_model(model, opset):
     """Return the model converted to opset, checked, at an IR version that opset needs.
 
-    A failed conversion raises a JobError of category unsupported_operator with
+    A failed conversion raises a CompileFailure of category unsupported_operator with
     the converter's message: some operators have no adapter between versions.
     """
     import onnx
@@ -155,9 +156,10 @@ def convert_model(model, opset):
         )
         onnx.checker.check_model(converted, full_check=True)
     except Exception as error:
-        raise JobError(
-            f"{UNSUPPORTED}: onnx.version_converter could not convert opset "
-            f"{default_opset(model)} to {opset}: {_one_line(error)}"
+        raise CompileFailure(
+            UNSUPPORTED,
+            f"onnx.version_converter could not convert opset "
+            f"{default_opset(model)} to {opset}: {_one_line(error)}",
         ) from error
     return converted
 
@@ -328,16 +330,17 @@ def compare(model, converted_path, feeds):
     try:
         session = ort.InferenceSession(str(converted_path), providers=["CPUExecutionProvider"])
     except Exception as error:
-        raise JobError(
-            f"{UNSUPPORTED}: ONNX Runtime cannot load the converted model: {_one_line(error)}"
+        raise CompileFailure(
+            UNSUPPORTED, f"ONNX Runtime cannot load the converted model: {_one_line(error)}"
         ) from error
     try:
         reference = ReferenceEvaluator(model, new_ops=legacy_operators(model))
         expected = [reference.run(None, feed) for feed in feeds]
     except Exception as error:
-        raise JobError(
-            f"{UNSUPPORTED}: the ONNX reference evaluator cannot run the source, so the "
-            f"conversion cannot be checked: {_one_line(error)}"
+        raise CompileFailure(
+            UNSUPPORTED,
+            f"the ONNX reference evaluator cannot run the source, so the "
+            f"conversion cannot be checked: {_one_line(error)}",
         ) from error
     names = [output.name for output in session.get_outputs()]
     diffs = [

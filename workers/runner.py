@@ -225,7 +225,12 @@ class JobRun:
             return {"state": "cancelled"}
         except Exception as error:
             self.log.add(f"failed: {_one_line(error)}")
-            return {"state": "failed", "error": _one_line(error), "trace": _trace(error)}
+            return {
+                "state": "failed",
+                "error": _one_line(error),
+                "failure_category": getattr(error, "category", None),
+                "trace": _trace(error),
+            }
 
     def _download_inputs(self, workdir):
         """Download every input of the job into workdir; return {name: path}."""
@@ -276,13 +281,19 @@ class JobRun:
         self.log.add(f"artifact {name} uploaded (sha256 {sha256[:12]}...)")
         return sha256
 
-    def _complete(self, state, result=None, error=None, trace=None):
+    def _complete(self, state, result=None, error=None, trace=None, failure_category=None):
         """Report the final state with the remaining log lines; return the state."""
         text, mark = self.log.unsent()
         log = text + (trace or "")
         try:
             self.client.complete(
-                self.job["id"], self.job["attempt"], state, result=result, error=error, log=log
+                self.job["id"],
+                self.job["attempt"],
+                state,
+                result=result,
+                error=error,
+                log=log,
+                failure_category=failure_category,
             )
         except HubError as refused:
             if not _is_lost(refused):

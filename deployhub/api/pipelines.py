@@ -118,7 +118,7 @@ def build_json(build):
         "skipped": build.skipped or None,
         "failure": {
             "job": failed.pk if failed else None,
-            "category": failed.failure_category if failed else None,
+            "category": (failed.failure_category or None) if failed else None,
             "label": build.failure_label,
             "message": build.error,
         }
@@ -210,7 +210,7 @@ def job_json(request, job):
         "progress": job.progress,
         "message": job.message,
         "attempt": job.attempt,
-        "failure_category": job.failure_category,
+        "failure_category": job.failure_category or None,
         "error": job.error,
         "log_tail": "".join(job.log.splitlines(keepends=True)[-LOG_TAIL_LINES:]),
         "page": request.build_absolute_uri(job.get_absolute_url()),

@@ -15,7 +15,7 @@ from deployhub.api.views import error
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
 from deployhub.registry.golden import GoldenError, create_golden_set
-from deployhub.registry.inspect import InvalidModel
+from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.registry.models import Model, ModelVersion, VersionFormat
 from deployhub.registry.uploads import DuplicateVersion, create_dataset, create_version
 from deployhub.teams.access import require_role, teams_of
@@ -62,9 +62,10 @@ def token_required(view):
         except DuplicateVersion as exc:
             body = {"error": str(exc), "existing": version_json(exc.version)}
             return JsonResponse(body, status=409)
+        except UploadTooLarge as exc:
+            return error(413, str(exc))
         except (InvalidModel, DatasetError, GoldenError, BadInput) as exc:
-            status = 413 if "larger than the upload limit" in str(exc) else 400
-            return error(status, str(exc))
+            return error(400, str(exc))
 
     return wrapper
 

@@ -1,7 +1,6 @@
 from django.urls import path
 
-from deployhub.api import fleet, pipelines, registry, results, views
-from deployhub.parity import api as parity
+from deployhub.api import fleet, parity, pipelines, registry, results, views
 
 urlpatterns = [
     path("device", views.whoami, name="api_whoami"),

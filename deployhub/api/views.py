@@ -213,6 +213,7 @@ def complete(request, device, job_id):
             result=result,
             error=str(body.get("error") or ""),
             log=str(body.get("log") or ""),
+            failure_category=str(body.get("failure_category") or ""),
         )
     except ValueError as exc:
         raise BadRequest(str(exc)) from exc

@@ -6,7 +6,7 @@ from django.utils.text import slugify
 
 from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_results
 from deployhub.benchmarks.reports import model_report as build_report
-from deployhub.registry.views import _get_model_for_user
+from deployhub.registry.access import get_model_for_user
 
 
 def attachment(body, content_type, model, suffix):
@@ -19,24 +19,24 @@ def attachment(body, content_type, model, suffix):
 
 @login_required
 def model_benchmarks_csv(request, pk):
-    model = _get_model_for_user(request, pk)
+    model = get_model_for_user(request, pk)
     return attachment(benchmarks_csv(model), "text/csv; charset=utf-8", model, "benchmarks.csv")
 
 
 @login_required
 def model_accuracy_csv(request, pk):
-    model = _get_model_for_user(request, pk)
+    model = get_model_for_user(request, pk)
     return attachment(accuracy_csv(model), "text/csv; charset=utf-8", model, "accuracy.csv")
 
 
 @login_required
 def model_results_json(request, pk):
-    model = _get_model_for_user(request, pk)
+    model = get_model_for_user(request, pk)
     return JsonResponse(model_results(model))
 
 
 @login_required
 def model_report(request, pk):
-    model = _get_model_for_user(request, pk)
+    model = get_model_for_user(request, pk)
     html = build_report(model, request.user)
     return attachment(html, "text/html; charset=utf-8", model, "report.html")

@@ -12,7 +12,7 @@ as a sentence and the run behind it:
 - performance: the engine's latest benchmark on its class meets the class's
   gate, as its serving pattern defines it (BenchmarkRun.gate).
 
-The approval workflow refuses to promote an engine whose gates are not all open.
+These are what a release will have to pass (the approval workflow is yet to come).
 """
 
 from deployhub.benchmarks.models import GateVerdict

@@ -19,7 +19,8 @@ from deployhub.engines.actions import (
 from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.gates import gates_open, release_gates
 from deployhub.engines.models import AutoRun, Engine
-from deployhub.registry.views import _get_version_for_user, team_class, version_page
+from deployhub.registry.access import get_version_for_user
+from deployhub.registry.views import team_class, version_page
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 
@@ -40,7 +41,7 @@ def _report(request, engine, job):
 @login_required
 @require_POST
 def version_compile(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = CompileForm(request.POST, team=version.team)
     if not form.is_valid():
@@ -146,7 +147,7 @@ def engine_evaluate(request, pk):
 @require_POST
 def version_auto(request, pk):
     """Start auto mode for a version on a device class; a refusal is shown beside the button."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     device_class = team_class(version.team, request.POST.get("device_class"))
     try:

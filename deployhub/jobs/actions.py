@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from deployhub.jobs import kinds
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
-from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.jobs.models import FAILURE_CATEGORIES, Job, JobKind, JobState
 from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
@@ -135,10 +135,17 @@ def _is_repeat(job, device, attempt, state):
     )
 
 
-def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
-    """Finish the current attempt; a repeat of the same completion changes nothing."""
+def complete_job(
+    job_id, device, attempt, state, result=None, error="", log="", failure_category=""
+):
+    """Finish the current attempt; a repeat of the same completion changes nothing.
+
+    failure_category is how the worker classified a failed build (FAILURE_CATEGORIES).
+    """
     if state not in JobState.FINAL:
         raise ValueError(f"state must be one of {', '.join(JobState.FINAL)}")
+    if failure_category and failure_category not in FAILURE_CATEGORIES:
+        raise ValueError(f"failure_category must be one of {', '.join(FAILURE_CATEGORIES)}")
     with transaction.atomic():
         job = _locked(job_id, device)
         if _is_repeat(job, device, attempt, state):
@@ -149,6 +156,8 @@ def complete_job(job_id, device, attempt, state, result=None, error="", log=""):
         job.append_log(log, source=None)
         if state == JobState.SUCCEEDED:
             state, error = _store_result(job, result or {})
+        if state == JobState.FAILED:
+            job.failure_category = failure_category or ""
         _finish(job, state, error=error)
         Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
         for callback in kinds.finished_callbacks():

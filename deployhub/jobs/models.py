@@ -9,7 +9,8 @@ from deployhub.choices import ChoiceSet
 from workers import kinds
 
 LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
-# How a worker classifies a failed build or first load (workers/backends/isolate.py).
+# How a worker classifies a failed build or first load (workers/backends/isolate.py); it
+# sends the category with the completion (docs/protocol.md).
 FAILURE_CATEGORIES = {
     "unsupported_operator": "Unsupported operator",
     "shape_or_contract": "Shape or contract error",
@@ -103,6 +104,12 @@ class Job(models.Model):
     message = models.CharField(max_length=200, blank=True)
     log = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    failure_category = models.CharField(
+        max_length=30,
+        blank=True,
+        choices=list(FAILURE_CATEGORIES.items()),
+        help_text="How the worker classified a failed build or first load (blank: unclassified).",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -125,12 +132,6 @@ class Job(models.Model):
     @property
     def state_color(self):
         return JobState.color(self.state)
-
-    @property
-    def failure_category(self):
-        """Return the compile failure category a worker put first in the error, if any."""
-        head = self.error.split(":", 1)[0].strip() if self.state == JobState.FAILED else ""
-        return head if head in FAILURE_CATEGORIES else None
 
     @property
     def failure_label(self):

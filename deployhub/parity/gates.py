@@ -4,7 +4,7 @@ The preprocessing-parity gate: a version passes when its latest completed
 parity run passed, that is when the version's preprocessing spec, run by the
 code DeployHub ships, reproduced the tensors the training pipeline fed the
 model. It fails when that run found a mismatch, and is missing when no parity
-run has completed. The approval workflow reads these gates.
+run has completed. The approval workflow, yet to come, will read these gates.
 """
 
 from dataclasses import dataclass

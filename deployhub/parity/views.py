@@ -2,14 +2,15 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from deployhub.parity.actions import no_worker_warning, submit_parity
 from deployhub.parity.forms import ParityForm
+from deployhub.registry.access import get_version_for_user
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.views import _get_version_for_user, _version_context
+from deployhub.registry.views import version_page
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.parity import PackError
@@ -20,7 +21,7 @@ REFUSALS = (PackError, InvalidModel, DatasetError)
 @login_required
 @require_POST
 def version_parity(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = ParityForm(request.POST, request.FILES, team=version.team)
     if form.is_valid():
@@ -38,8 +39,7 @@ def version_parity(request, pk):
         else:
             _queued_message(request, run)
             return redirect(run)
-    context = _version_context(version, parity_form=form)
-    return render(request, "registry/version_detail.html", context, status=400)
+    return version_page(request, version, status=400, parity_form=form)
 
 
 def _queued_message(request, run):

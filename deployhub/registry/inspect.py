@@ -36,6 +36,10 @@ class InvalidModel(ValueError):
     """The uploaded file is not a model DeployHub can accept; the message says why."""
 
 
+class UploadTooLarge(InvalidModel):
+    """The upload is over DEPLOYHUB_MAX_UPLOAD_BYTES (HTTP 413)."""
+
+
 class UnsafeExternalData(InvalidModel):
     """An external-data location would make the hub read outside the upload."""
 

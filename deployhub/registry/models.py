@@ -145,10 +145,6 @@ class ModelVersion(models.Model):
     def is_onnx(self):
         return self.format in (VersionFormat.ONNX, VersionFormat.ONNX_ZIP)
 
-    @property
-    def export_child(self):
-        return self.children.exclude(export_report={}).first()
-
     def previous(self):
         return self.model.versions.filter(number__lt=self.number).order_by("-number").first()
 

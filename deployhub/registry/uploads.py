@@ -36,7 +36,7 @@ from deployhub.registry.datasets import (
     load_image_zip,
     load_npz,
 )
-from deployhub.registry.inspect import InvalidModel
+from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.registry.models import (
     Dataset,
     DatasetKind,
@@ -117,7 +117,7 @@ def check_size(uploaded_file):
     """Refuse an upload over the size cap, with the cap in the message."""
     limit = settings.DEPLOYHUB_MAX_UPLOAD_BYTES
     if getattr(uploaded_file, "oversized", False) or uploaded_file.size > limit:
-        raise InvalidModel(f"The file is larger than the upload limit of {limit:,} bytes.")
+        raise UploadTooLarge(f"The file is larger than the upload limit of {limit:,} bytes.")
 
 
 @contextmanager
@@ -151,7 +151,7 @@ def spool(uploaded_file):
             for chunk in uploaded_file.chunks(CHUNK):
                 size += len(chunk)
                 if size > settings.DEPLOYHUB_MAX_UPLOAD_BYTES:
-                    raise InvalidModel("The file is larger than the upload limit.")
+                    raise UploadTooLarge("The file is larger than the upload limit.")
                 digest.update(chunk)
                 out.write(chunk)
     except BaseException:

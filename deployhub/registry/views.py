@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError, transaction
 from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
@@ -14,6 +14,7 @@ from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import Engine
 from deployhub.engines.preflight import preflight_grid
+from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.diff import diff_versions
@@ -28,25 +29,16 @@ from deployhub.registry.forms import (
 )
 from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import Model, ModelVersion, VersionFormat
+from deployhub.registry.models import Model, VersionFormat
 from deployhub.registry.uploads import (
     DuplicateVersion,
     create_dataset,
     create_version,
     derive_version,
 )
-from deployhub.teams.access import current_team, require_role, teams_of
+from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
 from workers.preprocessing import generate_code
-
-
-def _get_model_for_user(request, pk):
-    return get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
-
-
-def _get_version_for_user(request, pk):
-    queryset = ModelVersion.objects.select_related("model__team", "parent")
-    return get_object_or_404(queryset, pk=pk, model__team__in=teams_of(request.user))
 
 
 def _upload(request, model, form):
@@ -122,7 +114,7 @@ def _create_model(request, team, form):
 
 @login_required
 def model_detail(request, pk):
-    model = _get_model_for_user(request, pk)
+    model = get_model_for_user(request, pk)
     latest = model.latest_version()
     initial = {"preprocessing": latest.preprocessing, "contract": ""} if latest else {}
     form = VersionUploadForm(team=model.team, initial=initial)
@@ -140,7 +132,7 @@ def model_detail(request, pk):
 
 @login_required
 def version_detail(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     return render(request, "registry/version_detail.html", _version_context(version))
 
 
@@ -198,7 +190,7 @@ def _matrices(version):
 @login_required
 def version_results(request, pk):
     """Return the results table alone, so the page can refresh it when a job finishes."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     benchmarks = BenchmarkRun.objects.for_version(version)
     return render(request, "registry/_results.html", {"benchmarks": benchmarks})
 
@@ -206,7 +198,7 @@ def version_results(request, pk):
 @login_required
 @require_POST
 def version_benchmark(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = BenchmarkForm(request.POST, team=version.team, version=version)
     if not form.is_valid():
@@ -226,7 +218,7 @@ def version_benchmark(request, pk):
 @require_POST
 def version_derive(request, pk):
     """Create a new version of the same file with another spec or contract."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = DeriveVersionForm(request.POST)
     if form.is_valid():
@@ -251,7 +243,7 @@ def version_derive(request, pk):
 @require_POST
 def version_notes(request, pk):
     """Change a version's notes and tags: the only things about a version that may change."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = EditNotesForm(request.POST)
     if form.is_valid():
@@ -270,7 +262,7 @@ def team_class(team, pk):
 @login_required
 @require_POST
 def version_export(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     device_class = team_class(version.team, request.POST.get("device_class"))
     _queue_export(request, version, device_class)
@@ -281,7 +273,7 @@ def version_export(request, pk):
 @require_POST
 def version_convert(request, pk):
     """Queue the conversion of an ONNX version to another opset (a derived child version)."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     device_class = team_class(version.team, request.POST.get("device_class"))
     try:
@@ -299,7 +291,7 @@ def version_convert(request, pk):
 @login_required
 @require_POST
 def version_dataset(request, pk):
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = DatasetForm(request.POST, request.FILES)
     if form.is_valid():
@@ -320,7 +312,7 @@ def version_dataset(request, pk):
 @require_POST
 def version_golden(request, pk):
     """Attach golden input/output pairs to a version."""
-    version = _get_version_for_user(request, pk)
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = GoldenSetForm(request.POST, request.FILES)
     if form.is_valid():
