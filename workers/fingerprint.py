@@ -55,7 +55,7 @@ def collect():
     """Return this device's fingerprint as a JSON-able dict."""
     nvml = _nvml()
     torch = _torch()
-    return {
+    known = {
         "schema": SCHEMA,
         "os": _os(),
         "python": platform.python_version(),
@@ -72,6 +72,17 @@ def collect():
         "cudnn": None if torch is None or torch["cudnn"] is None else {"version": torch["cudnn"]},
         "capabilities": _capabilities_in_child(),
     }
+    return {**_other_runtimes(known), **known}
+
+
+def _other_runtimes(known):
+    """Return {runtime: {"version": ...}} of each registered backend's runtime that the fields
+    above do not report (a backend added in one file), for preflight to find it."""
+    from workers.backends.registry import BACKENDS
+
+    runtimes = {b.runtime for b in BACKENDS.values() if b.runtime not in known}
+    found = {name: _installed_version(name, (name,)) for name in sorted(runtimes)}
+    return {name: {"version": version} for name, version in found.items() if version}
 
 
 def load_override(path, fingerprint=None):

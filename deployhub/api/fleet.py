@@ -12,6 +12,7 @@ from deployhub.engines.models import Engine
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Event, Role
+from workers.backends.registry import DEFAULT_BACKEND
 
 
 def device_json(device, changes=False):
@@ -104,7 +105,7 @@ def version_engines(request, pk):
             *request_compile(
                 version,
                 device_class,
-                body.get("backend", "onnxruntime"),
+                body.get("backend", DEFAULT_BACKEND),
                 body.get("build_config") or {},
                 request.user,
             )

@@ -16,7 +16,6 @@ from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import EngineInput, FileInput
 from deployhub.jobs.models import JobKind
 from deployhub.teams.models import Event
-from workers.backends import tensorrt_plan
 from workers.backends.base import compat_key, describe_differences, differences, digest
 from workers.backends.registry import BACKENDS
 from workers.errors import JobError
@@ -100,29 +99,30 @@ def calibration_for(version, build_config):
     return version.model.datasets.filter(kind="calibration").order_by("-created_at").first()
 
 
+def builds_from(version, backend):
+    """Return True when the backend builds from this version's format (ONNX, or a .pt2)."""
+    wanted = BACKENDS[backend].source_format
+    return version.format == wanted or (wanted == "onnx" and version.is_onnx)
+
+
 def check_source(version, backend):
-    """AOTInductor builds from the .pt2 program; every other backend from ONNX."""
-    if backend == "torch-aoti" and version.format != "pt2":
-        raise BuildRefused(
-            "AOTInductor builds from a torch.export program: compile the .pt2 "
-            "version this one was exported from."
-        )
-    if backend != "torch-aoti" and version.format == "pt2":
+    """Refuse a build from a version in another format than the backend builds from."""
+    if builds_from(version, backend):
+        return
+    if version.format == "pt2":
         raise BuildRefused(
             f"{backend} builds from ONNX: compile the ONNX version exported from this .pt2."
         )
-
-
-def needs_calibration(backend, build_config):
-    if build_config.get("precision") != "int8":
-        return False
-    return not (backend == "tensorrt" and build_config.get("int8_mode") == "qdq")
+    raise BuildRefused(
+        f"{backend} builds from {BACKENDS[backend].source_label}: compile the version "
+        "this one was exported from."
+    )
 
 
 def with_contract(version, backend, build_config):
-    """TensorRT builds optimisation profiles from the contract, so it is part of the build."""
-    if backend == "tensorrt" and "contract" not in build_config and version.contract:
-        return {**build_config, "contract": version.contract}
+    """A backend that specialises builds to the contract gets it in the build config."""
+    if BACKENDS[backend].builds_from_contract and "contract" not in build_config:
+        return {**build_config, "contract": version.contract} if version.contract else build_config
     return build_config
 
 
@@ -140,7 +140,8 @@ def request_compile(version, device_class, backend, build_config, user):
     except JobError as exc:
         raise BuildRefused(str(exc)) from exc
     build_config = canonical_config(backend, build_config)
-    if needs_calibration(backend, build_config) and not calibration_for(version, build_config):
+    calibrates = BACKENDS[backend].needs_calibration(build_config)
+    if calibrates and not calibration_for(version, build_config):
         raise BuildRefused(
             f"An INT8 {backend} build calibrates on data: attach a calibration dataset to "
             f"{version.model} first (version page, Datasets)."
@@ -256,26 +257,25 @@ def timing_cache_for(job, device):
     return TimingCache.objects.filter(device_class=job.device_class, compat_key=key).first()
 
 
-def calibration_key(job, tensorrt_version):
-    """Return the key of the calibration cache a TensorRT INT8 compile job uses, or None."""
-    params = job.params
-    if job.kind != JobKind.COMPILE or params.get("backend") != "tensorrt" or not tensorrt_version:
-        return None
-    build_config = params.get("build_config") or {}
+def calibration_cache_key(job, fingerprint):
+    """Return (key, toolchain version) of the calibration cache a compile job on a device with
+    this fingerprint uses, or None when its backend keeps none (backend.calibration_cache)."""
+    backend = BACKENDS.get(job.params.get("backend"))
     dataset = calibration_of(job)
-    if dataset is None or not tensorrt_plan.needs_calibration(build_config):
+    if backend is None or dataset is None:
         return None
-    samples = tensorrt_plan.resolved(build_config)["calibration_samples"]
-    fields = tensorrt_plan.calibration_fields(
-        tensorrt_version, job.model_version.sha256, dataset.sha256, samples
+    return backend.calibration_cache(
+        job.params.get("build_config") or {},
+        fingerprint,
+        job.model_version.sha256,
+        dataset.sha256,
     )
-    return compat_key("tensorrt", fields)
 
 
 def calibration_cache_for(job, device):
-    """Return the calibration cache a TensorRT INT8 build on this device can start from."""
-    key = calibration_key(job, _tensorrt_version(device.fingerprint))
-    return CalibrationCache.objects.filter(key=key).first() if key else None
+    """Return the calibration cache an INT8 build on this device can start from, if any."""
+    found = calibration_cache_key(job, device.fingerprint)
+    return CalibrationCache.objects.filter(key=found[0]).first() if found else None
 
 
 def calibration_input(job, device=None):
@@ -319,17 +319,13 @@ def _dataset_file(stored, filename):
     return FileInput(stored.file.name, stored.sha256, stored.size, filename)
 
 
-def _tensorrt_version(fingerprint):
-    return ((fingerprint or {}).get("tensorrt") or {}).get("version")
-
-
 def _store_calibration_cache(job, fingerprint, result):
     if not result.get("calibration_cache_sha256"):
         return
-    version = _tensorrt_version(fingerprint)
-    key = calibration_key(job, version)
-    if key is None:
+    found = calibration_cache_key(job, fingerprint)
+    if found is None:
         raise ResultRejected("A calibration cache came back from a build that calibrates nothing.")
+    key, version = found
     artifact = _artifact(job, "calibration_cache", result["calibration_cache_sha256"])
     CalibrationCache.objects.update_or_create(
         key=key,

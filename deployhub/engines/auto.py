@@ -32,18 +32,13 @@ from deployhub.engines.actions import (
     request_evaluation,
 )
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
-from deployhub.engines.preflight import GRID, preflight
+from deployhub.engines.preflight import grid, preflight
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind, JobState
 from workers.backends.registry import BACKENDS
 from workers.side_by_side import TIE_MARGIN
 
 # The builds auto mode tries, as each backend lists them: (backend, precision) -> build config.
-BUILD_CONFIGS = {
-    (name, precision): config
-    for name, backend in BACKENDS.items()
-    for precision, config in backend.auto_builds.items()
-}
 # Measured by time, so a slow build is not measured for minutes and a fast one not for
 # milliseconds; the harness flags a run as unstable when its windows disagree.
 REALTIME_BENCHMARK = {
@@ -93,22 +88,23 @@ def start(version, device_class, user):
         run = AutoRun.objects.create(
             model_version=version, device_class=device_class, dataset=dataset, created_by=user
         )
-        for backend, precision in GRID:
+        for backend, precision in grid():
             _add_build(run, backend, precision, user)
         advance(run)
     return run
 
 
 def source_for(version, backend):
-    """Return the version a backend builds from: AOTInductor takes the .pt2 this came from."""
-    parent = version.parent
-    if backend == "torch-aoti" and parent is not None and parent.format == "pt2":
+    """Return the version a backend builds from: one that builds from the .pt2 program takes
+    the .pt2 this version was exported from."""
+    wanted, parent = BACKENDS[backend].source_format, version.parent
+    if wanted != "onnx" and parent is not None and parent.format == wanted:
         return parent
     return version
 
 
 def _add_build(run, backend, precision, user):
-    config = canonical_config(backend, BUILD_CONFIGS[(backend, precision)])
+    config = canonical_config(backend, BACKENDS[backend].auto_builds[precision])
     build = AutoBuild(auto_run=run, backend=backend, precision=precision, build_config=config)
     source = source_for(run.model_version, backend)
     [verdict] = preflight(source, run.device_class, [backend], precision)

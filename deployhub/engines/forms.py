@@ -3,10 +3,13 @@ import json
 from django import forms
 
 from deployhub.registry.forms import PrettyJSONField, team_classes
-from workers.backends.registry import BACKENDS
+from workers.backends.registry import BACKENDS, DEFAULT_BACKEND
+
 
 # The config the form offers for each backend: its defaults, spelt out as it builds them.
-DEFAULT_CONFIGS = {name: backend.canonical_config({}) for name, backend in BACKENDS.items()}
+def default_configs():
+    """Return each registered backend's default build config, as the form shows it."""
+    return {name: backend.canonical_config({}) for name, backend in BACKENDS.items()}
 
 
 class CompileForm(forms.Form):
@@ -23,9 +26,10 @@ class CompileForm(forms.Form):
         self.fields["device_class"].queryset = team_classes(team)
         self.fields["backend"].choices = [(name, name) for name in sorted(BACKENDS)]
         # The page swaps in a backend's default config when the backend changes.
-        self.fields["backend"].widget.attrs["data-defaults"] = json.dumps(DEFAULT_CONFIGS)
-        self.fields["backend"].initial = "onnxruntime"
-        self.fields["build_config"].initial = DEFAULT_CONFIGS["onnxruntime"]
+        defaults = default_configs()
+        self.fields["backend"].widget.attrs["data-defaults"] = json.dumps(defaults)
+        self.fields["backend"].initial = DEFAULT_BACKEND
+        self.fields["build_config"].initial = defaults[DEFAULT_BACKEND]
 
     def clean_build_config(self):
         config = self.cleaned_data["build_config"] or {}

@@ -68,12 +68,12 @@ def _capability(fingerprint, backend, precision):
 
 
 def _check_graph(verdict, version):
-    if verdict.backend == "torch-aoti":
-        if version.format != "pt2":
-            verdict.fails.append("AOTInductor builds from a torch.export program (.pt2)")
+    backend = BACKENDS[verdict.backend]
+    if backend.source_format != "onnx":
+        if version.format != backend.source_format:
+            verdict.fails.append(f"{backend.name} builds from {backend.source_label}")
         return
     _check_opset(verdict, version.opset)
-    backend = BACKENDS[verdict.backend]
     operators = (version.graph or {}).get("operators", {})
     foreign = sorted(
         op for op in operators if "." in op and op.rsplit(".", 1)[0] not in backend.extra_domains
@@ -106,19 +106,18 @@ def _check_shapes(verdict, version):
         for name, c in (version.contract.get("inputs") or {}).items()
         if c.get("dynamic") or "min" in (c.get("batch") or {})
     ]
-    if dynamic and verdict.backend == "torch-aoti":
-        verdict.slow.append(
-            f"dynamic shapes on {', '.join(dynamic)}: AOTInductor compiles "
-            "fixed shapes best; fix them in the contract"
-        )
+    why = BACKENDS[verdict.backend].dynamic_shapes_slow
+    if dynamic and why:
+        verdict.slow.append(f"dynamic shapes on {', '.join(dynamic)}: {why}")
 
 
 def _check_hardware(verdict, fingerprints, precision):
+    backend = BACKENDS[verdict.backend]
     gpus = [gpu for fp in fingerprints for gpu in (fp.get("gpus") or [])]
-    if verdict.backend == "tensorrt" and not gpus:
-        verdict.fails.append("TensorRT needs an NVIDIA GPU; the class's devices report none")
+    if backend.needs_gpu and not gpus:
+        verdict.fails.append(f"{backend.name} needs an NVIDIA GPU; the class's devices report none")
     flags = set.intersection(*(_flags(fp) for fp in fingerprints)) if fingerprints else set()
-    on_cpu = verdict.backend in ("onnxruntime", "openvino")
+    on_cpu = backend.runs_on_cpu
     if precision == "bf16" and on_cpu and not flags & {"amx_bf16", "avx512_bf16"}:
         verdict.fails.append("bf16 needs AMX or AVX-512 BF16; the class's CPUs have neither")
     if precision == "int8" and on_cpu and not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
@@ -126,8 +125,8 @@ def _check_hardware(verdict, fingerprints, precision):
             "int8 without VNNI runs slowly on these CPUs "
             f"(ISA {cpu_isa(fingerprints[0]) if fingerprints else 'unknown'})"
         )
-    if precision == "fp16" and verdict.backend == "onnxruntime" and not gpus:
-        verdict.fails.append("fp16 conversion is for GPU providers; on the CPU use int8")
+    if precision in backend.gpu_precisions and not gpus:
+        verdict.fails.append(backend.gpu_precisions[precision])
 
 
 def preflight(version, device_class, backends, precision="fp32"):
@@ -145,15 +144,17 @@ def preflight(version, device_class, backends, precision="fp32"):
 
 
 # The builds auto mode would try: (backend, precision), as each backend class lists them.
-GRID = [
-    (name, precision) for name, backend in BACKENDS.items() for precision in backend.auto_builds
-]
+def grid():
+    """Return the (backend, precision) builds auto mode tries: every registered backend's."""
+    return [
+        (name, precision) for name, backend in BACKENDS.items() for precision in backend.auto_builds
+    ]
 
 
 def preflight_grid(version, device_class):
     """Return (backend, precision, Verdict) for every build of the grid on the class."""
     rows = []
-    for backend, precision in GRID:
+    for backend, precision in grid():
         [verdict] = preflight(version, device_class, [backend], precision)
         rows.append((backend, precision, verdict))
     return rows

@@ -38,6 +38,7 @@ from deployhub.registry.uploads import (
 )
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
+from workers.backends.registry import BACKENDS
 from workers.preprocessing import generate_code
 
 
@@ -144,7 +145,8 @@ def version_page(request, version, status=200, **extra):
 
 def _version_context(version, **forms):
     previous = version.previous()
-    gpu_classes = version.team.device_classes.filter(backends__icontains="tensorrt")
+    gpu_backends = {name for name, backend in BACKENDS.items() if backend.needs_gpu}
+    gpu_classes = [c for c in version.team.device_classes.all() if set(c.backends) & gpu_backends]
     return {
         "version": version,
         "model": version.model,
@@ -164,7 +166,7 @@ def _version_context(version, **forms):
         if version.preprocessing
         else "",
         "gpu_warnings": contract_warnings(version.contract, version.inputs, gpu=True)
-        if gpu_classes.exists() and version.contract
+        if gpu_classes and version.contract
         else [],
         "previous": previous,
         "diff": diff_versions(previous, version) if previous else [],

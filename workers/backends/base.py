@@ -51,6 +51,20 @@ class Backend(abc.ABC):
     auto_builds: ClassVar[dict[str, dict]] = {}
     # Precisions whose builds import more than the runtime, and the modules they import.
     build_imports: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # The version format it builds from ("onnx", or "pt2": a torch.export program), and a
+    # word for it in refusals.
+    source_format: ClassVar[str] = "onnx"
+    source_label: ClassVar[str] = "ONNX"
+    # Where it runs: on an NVIDIA GPU only, or on the CPU (ISA facts then apply to it).
+    needs_gpu: ClassVar[bool] = False
+    runs_on_cpu: ClassVar[bool] = False
+    # Precisions that only a GPU provider builds, and why (preflight's words).
+    gpu_precisions: ClassVar[dict[str, str]] = {}
+    # True when its builds are specialised to the version's shape contract (TensorRT's
+    # optimisation profiles): the contract is then part of the build config.
+    builds_from_contract: ClassVar[bool] = False
+    # Why dynamic shapes in the contract build slowly, when they do.
+    dynamic_shapes_slow: ClassVar[str | None] = None
 
     @classmethod
     def available(cls):
@@ -74,6 +88,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def compat_fields(cls, fingerprint: dict, build_config: dict) -> dict:
         """Return the fields of a device an artifact built with this config depends on."""
+
+    @classmethod
+    def needs_calibration(cls, build_config):
+        """Return True when a build with this config reads the version's calibration data."""
+        return (build_config or {}).get("precision") == "int8"
+
+    @classmethod
+    def calibration_cache(cls, build_config, fingerprint, model_sha256, dataset_sha256):
+        """Return (key, toolchain version) of the calibration cache a build on a device with
+        this fingerprint reuses, or None when its builds keep none (pure, for the hub)."""
+        return None
 
     @classmethod
     def check_config(cls, build_config):

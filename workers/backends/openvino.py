@@ -93,6 +93,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     runtime = "openvino"
     extra = "openvino"
+    runs_on_cpu = True
     # Its ONNX frontend still reads opset 6, but every build is measured against its source
     # in ONNX Runtime, which runs opset 7 and later: older files are converted first.
     min_opset = 7

@@ -14,6 +14,8 @@ from workers.backends.torch_aoti import TorchAotiBackend
 from workers.errors import JobError
 
 BACKENDS: dict[str, type[Backend]] = {}
+# The backend a build uses when the request names none: it runs on every machine.
+DEFAULT_BACKEND = OnnxRuntimeBackend.name
 
 
 class UnknownBackend(JobError):

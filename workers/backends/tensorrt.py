@@ -29,6 +29,7 @@ from workers.backends import tensorrt_plan as plan
 from workers.backends.base import (
     Backend,
     CompileResult,
+    compat_key,
     cuda_version,
     gpu_compute_capability,
     tool_version,
@@ -53,6 +54,8 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
     runtime = "tensorrt"
     extra = "tensorrt"
+    needs_gpu = True
+    builds_from_contract = True  # optimisation profiles come from the contract
     # The TensorRT ONNX parser is backward compatible to opset 9 (NVIDIA's opset guide).
     min_opset = 9
     max_opset = 22
@@ -87,6 +90,22 @@ class TensorRTBackend(Backend):
         if not plan.needs_calibration(config):
             del config["calibration_samples"]
         return config
+
+    @classmethod
+    def calibration_cache(cls, build_config, fingerprint, model_sha256, dataset_sha256):
+        """INT8 scales depend on the model, the samples and the TensorRT release only, so
+        the devices of one TensorRT version share a cache (tensorrt_plan.calibration_fields)."""
+        version = ((fingerprint or {}).get("tensorrt") or {}).get("version")
+        if not version or not plan.needs_calibration(build_config or {}):
+            return None
+        samples = plan.resolved(build_config)["calibration_samples"]
+        fields = plan.calibration_fields(version, model_sha256, dataset_sha256, samples)
+        return compat_key(cls.name, fields), version
+
+    @classmethod
+    def needs_calibration(cls, build_config):
+        """Return True for int8 by calibration; an explicit-QDQ int8 build reads none."""
+        return plan.needs_calibration(build_config or {})
 
     @classmethod
     def check_config(cls, build_config):

@@ -96,6 +96,9 @@ class TorchAotiBackend(Backend):
     name = "torch-aoti"
     runtime = "torch"
     extra = "torch"
+    source_format = "pt2"
+    source_label = "a torch.export program (.pt2)"
+    dynamic_shapes_slow = "AOTInductor compiles fixed shapes best; fix them in the contract"
     auto_builds = {"fp32": {}}
 
     @classmethod
