@@ -27,7 +27,7 @@ run: $(VENV)/.installed-run
 # The suite runs from .venv-test; tests that must run in the product start .venv's Python.
 test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest
+	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile
 
 # Its device worker runs in make run's environment, as users get it; torch (eager rows) in .venv-test.
 bench: $(VENV)/.installed-run $(TEST_VENV)/.installed-test

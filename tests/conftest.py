@@ -27,6 +27,15 @@ ASSETS = ROOT / "deployhub" / "demo" / "assets"
 PASSWORD = "correct horse battery"
 
 
+# Files that run longest, started first: under pytest-xdist the other process takes the rest.
+LONGEST_FIRST = ("test_conformance.py",)
+
+
+def pytest_collection_modifyitems(items):
+    """Put the longest files first, keeping the order within each."""
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def quick_password_hashing():
     """Hash the cast's passwords with MD5 in tests: PBKDF2's million rounds take half a
