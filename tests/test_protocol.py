@@ -336,53 +336,33 @@ def test_the_heartbeat_tells_a_drained_device_so(client, make_device):
     assert call(client, token, "device/heartbeat", {}).json()["state"] == "draining"
 
 
-def test_a_failed_build_keeps_the_category_its_worker_sent(client, job, make_device):
+def fail_claimed(client, job, make_device, **fields):
+    """Claim the job with a new device and complete it failed with these fields."""
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
-
-    call(
-        client,
-        token,
-        f"jobs/{job.pk}/complete",
-        {
-            "attempt": 1,
-            "state": "failed",
-            "error": "Could not find an implementation for ConvInteger(10)",
-            "failure_category": "unsupported_operator",
-        },
-    )
-
+    body = {"attempt": 1, "state": "failed", **fields}
+    response = call(client, token, f"jobs/{job.pk}/complete", body)
     job.refresh_from_db()
+    return response
+
+
+def test_a_failed_build_keeps_the_category_its_worker_sent(client, job, make_device):
+    error = "Could not find an implementation for ConvInteger(10)"
+
+    fail_claimed(client, job, make_device, error=error, failure_category="unsupported_operator")
+
     assert job.failure_category == "unsupported_operator"
     assert job.failure_label == "Unsupported operator"
 
 
 def test_an_error_that_reads_like_a_category_is_not_one(client, job, make_device):
-    _, token = make_device()
-    call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    fail_claimed(client, job, make_device, error="timeout: the hub was slow")
 
-    call(
-        client,
-        token,
-        f"jobs/{job.pk}/complete",
-        {"attempt": 1, "state": "failed", "error": "timeout: the hub was slow"},
-    )
-
-    job.refresh_from_db()
     assert job.state == JobState.FAILED and job.failure_category == ""
 
 
 def test_it_refuses_a_failure_category_it_does_not_know(client, job, make_device):
-    _, token = make_device()
-    call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    response = fail_claimed(client, job, make_device, error="x", failure_category="cosmic_rays")
 
-    response = call(
-        client,
-        token,
-        f"jobs/{job.pk}/complete",
-        {"attempt": 1, "state": "failed", "error": "x", "failure_category": "cosmic_rays"},
-    )
-
-    job.refresh_from_db()
     assert response.status_code == 400 and "failure_category" in response.json()["error"]
     assert job.state == JobState.RUNNING
