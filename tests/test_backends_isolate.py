@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -335,3 +336,21 @@ def test_without_the_fork_server_each_child_is_a_fresh_python(monkeypatch):
 
     assert ran["parent"] == os.getpid() and ran["session"] == ran["pid"]
     assert not ran["preloaded"]
+
+
+def child_outlives_its_server():
+    time.sleep(1.5)
+    return {"done": True}
+
+
+def test_a_build_whose_fork_server_dies_meanwhile_still_returns_its_result():
+    run_isolated(f"{HERE}.child_doubles", {"x": 1}, timeout=60)  # the server is warm
+    server = forkserver._server.process
+    killer = threading.Timer(0.5, server.kill)
+    killer.start()
+
+    result = run_isolated(f"{HERE}.child_outlives_its_server", {}, timeout=60)
+
+    killer.join()
+    assert result == {"done": True}
+    assert run_isolated(f"{HERE}.child_doubles", {"x": 2}, timeout=60) == {"double": 4}

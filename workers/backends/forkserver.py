@@ -21,6 +21,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+import traceback
 from contextlib import suppress
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ PRELOAD = (
 # variable starts a new server, whose imports see it.
 VOLATILE = ("PYTEST_CURRENT_TEST",)
 START_SECONDS = 120
+ORPHAN_WAIT_SECONDS = 5
 MESSAGE_BYTES = 4096
 
 
@@ -71,12 +74,13 @@ class ForkServer:
         theirs.close()
         self._lock = threading.Lock()  # one request at a time: its answer is the next pid
         self._pids, self._exits, self._exited = [], {}, threading.Condition()
+        self._broken = False  # a request went unanswered: later answers would not match
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def alive(self):
         """Return True while the server runs and answers."""
-        return self.process.poll() is None and self._reader.is_alive()
+        return not self._broken and self.process.poll() is None and self._reader.is_alive()
 
     def spawn(self, stdin, stdout, stderr):
         """Fork a child with these file descriptors as its 0, 1 and 2; return its pid."""
@@ -84,9 +88,11 @@ class ForkServer:
             try:
                 socket.send_fds(self._socket, [b"fork\n"], [stdin, stdout, stderr])
             except OSError as error:
+                self._broken = True
                 raise ForkServerError(f"the fork server is gone: {error}") from error
             with self._exited:
                 if not self._exited.wait_for(lambda: self._pids or not self.alive(), START_SECONDS):
+                    self._broken = True  # its late answer would be taken for the next request's
                     raise ForkServerError("the fork server did not answer")
                 if not self._pids:
                     raise ForkServerError("the fork server stopped")
@@ -100,7 +106,9 @@ class ForkServer:
 
     def close(self):
         """Stop the server (children already started run on)."""
+        self._broken = True
         with suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)  # the reader's file keeps the fd open
             self._socket.close()
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
@@ -144,6 +152,7 @@ class ForkedChild:
         self.stdout = os.fdopen(stdout_r, "rb")
         self.stderr = os.fdopen(stderr_r, "rb")
         self.returncode = None
+        self.exit_lost = False  # the server died before it could say how the child ended
 
     def poll(self):
         """Return the exit code once the child has ended, else None."""
@@ -153,9 +162,26 @@ class ForkedChild:
         """Wait for the child to end; return its exit code (None when timeout passed)."""
         if self.returncode is None:
             self.returncode = self._server.exit_code(self.pid, timeout)
-            if self.returncode is None and not self._server.alive():
-                self.returncode = -signal.SIGKILL  # the server died: its children were lost
+        if self.returncode is None and not self._server.alive():
+            # The server died, and this exit code with it: wait (briefly, when asked to wait)
+            # for the child to be gone, then report it as killed.
+            deadline = time.monotonic() + (ORPHAN_WAIT_SECONDS if timeout is None else timeout)
+            while _exists(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _exists(self.pid) or timeout is None:
+                self.returncode, self.exit_lost = -signal.SIGKILL, True
         return self.returncode
+
+
+def _exists(pid):
+    """Return True while a process with this pid runs (a child the dead server left)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 _server = None
@@ -195,7 +221,7 @@ def main(fd):
             os.read(wake_r, 4096)
         _reap(server)
         if server in ready and not _serve_one(server, wake_r, wake_w):
-            return
+            exit_now(0)  # the caller has gone: no module teardown to hang in
 
 
 def _preload():
@@ -217,6 +243,8 @@ def _serve_one(server, *wake):
         return False
     sys.stdout.flush()
     sys.stderr.flush()
+    with suppress(Exception):
+        ctypes.CDLL(None).fflush(None)  # or the child would write the server's buffers again
     pid = os.fork()
     if pid == 0:
         _become_child(fds, server, *wake)
@@ -260,6 +288,8 @@ def _become_child(fds, server, *wake):
         from workers.backends import isolate
 
         code = isolate.main()
+    except BaseException:
+        traceback.print_exc()  # before os._exit, which prints nothing
     finally:
         exit_now(code)
 

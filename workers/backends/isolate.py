@@ -154,7 +154,8 @@ def run_isolated(fn_path, kwargs, *, timeout, progress=None, should_stop=None):
     outcome = child.wait(timeout, should_stop)
     if outcome == "cancelled":
         raise Cancelled(f"stopped {fn_path}: the job was cancelled")
-    if outcome == "done" and child.exit_code == 0 and "result" in child.reply:
+    exited_well = child.exit_code == 0 or getattr(child.process, "exit_lost", False)
+    if outcome == "done" and exited_well and "result" in child.reply:
         return child.reply["result"]
     raise _failure(child, timeout, timed_out=outcome == "timed_out")
 
