@@ -6,7 +6,6 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.forms import (
     BudgetForm,
     DeviceClassEditForm,
@@ -100,7 +99,7 @@ def _throughput_calculator(request, device_class):
 
 
 def _class_runs(device_class):
-    return BenchmarkRun.objects.filter(device_class=device_class).select_related(
+    return device_class.benchmarkrun_set.select_related(
         "model_version__model", "engine", "device", "device_class", "job"
     )
 

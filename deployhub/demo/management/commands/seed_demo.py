@@ -14,6 +14,7 @@ from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Membership, Role, Team
+from workers.backends.registry import DEFAULT_BACKEND
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 LOCAL_CLASS = "local-cpu"
@@ -66,7 +67,7 @@ class Command(BaseCommand):
                 "name": "This machine's CPU",
                 "description": "The local CPU worker that `make run` starts.",
                 "frame_budget_ms": 33.3,
-                "backends": ["onnxruntime"],
+                "backends": [DEFAULT_BACKEND],
             },
         )
         if not device_class.devices.filter(name=LOCAL_DEVICE).exists():
