@@ -4,10 +4,12 @@
 # `make run` installs (the hub and a CPU device worker with every CPU backend auto mode
 # uses); `.venv-test` adds the test tools (torch for export jobs, pytest, Playwright).
 # `make test` builds both, so tests/test_default_install.py proves builds in `.venv` itself.
+# `make lint` needs neither: `.venv-lint` holds only ruff and import-linter.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export PYTHON
 VENV := .venv
 TEST_VENV := .venv-test
+LINT_VENV := .venv-lint
 PY := $(VENV)/bin/python
 TEST_PY := $(TEST_VENV)/bin/python
 EXTRAS_run := web,worker,openvino
@@ -20,6 +22,14 @@ $(VENV)/.installed-run: pyproject.toml scripts/venv.sh
 
 $(TEST_VENV)/.installed-test: pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(TEST_VENV) $(EXTRAS_test) $@
+
+# The two lint tools at the versions the dev extra pins (spelt once, in pyproject.toml).
+# lint-imports reads the source tree; it needs neither the project nor its dependencies installed.
+$(LINT_VENV)/.installed-lint: pyproject.toml
+	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install --quiet \
+		$$(grep -oE '"(ruff|import-linter)==[^"]+"' pyproject.toml | tr -d '"')
+	touch $@
 
 run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
@@ -42,18 +52,18 @@ bench-gpu: $(TEST_VENV)/.installed-test
 conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/conformance.py --worker-python $(PY)
 
-lint: $(TEST_VENV)/.installed-test
-	$(TEST_PY) -m ruff check .
-	$(TEST_PY) -m ruff format --check .
-	$(TEST_VENV)/bin/lint-imports
+lint: $(LINT_VENV)/.installed-lint
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/ruff format --check .
+	$(LINT_VENV)/bin/lint-imports
 
-format: $(TEST_VENV)/.installed-test
-	$(TEST_PY) -m ruff check --fix .
-	$(TEST_PY) -m ruff format .
+format: $(LINT_VENV)/.installed-lint
+	$(LINT_VENV)/bin/ruff check --fix .
+	$(LINT_VENV)/bin/ruff format .
 
 # Needs torch (not part of `make run`): regenerates deployhub/demo/assets/.
 demo-assets: $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/make_demo_assets.py
 
 clean:
-	rm -rf var .pytest_cache bench/results.json
+	rm -rf var .pytest_cache bench/results.json $(LINT_VENV)
