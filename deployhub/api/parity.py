@@ -4,7 +4,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.registry import BadInput, token_required
+from deployhub.api.auth import BadInput, token_required
 from deployhub.parity.actions import no_worker_warning, submit_parity
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.registry import BadInput, json_body, token_required
+from deployhub.api.auth import BadInput, json_body, token_required
 from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto

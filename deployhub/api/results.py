@@ -4,7 +4,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.registry import BadInput, json_body, token_required
+from deployhub.api.auth import BadInput, json_body, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmark_json, benchmarks_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm

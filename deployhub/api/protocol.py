@@ -1,74 +1,25 @@
 """API v1 for devices: the job protocol (docs/protocol.md)."""
 
-import functools
-import json
-
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.http import FileResponse, JsonResponse
 from django.shortcuts import get_object_or_404
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from deployhub.devices.models import Device
+from deployhub.api.auth import BadInput, device_required, error, json_body
 from deployhub.engines import signing
 from deployhub.engines.actions import compatibility, record_fingerprint
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Job, JobState
-from deployhub.registry.inspect import InvalidModel
-
-
-def error(status, message):
-    return JsonResponse({"error": message}, status=status)
-
-
-def device_required(view):
-    """Authenticate the device by its bearer token and pass it to the view."""
-
-    @csrf_exempt
-    @functools.wraps(view)
-    def wrapper(request, *args, **kwargs):
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
-            return error(401, "A device token is required: Authorization: Bearer <token>.")
-        device = Device.objects.by_token(header.removeprefix("Bearer ").strip())
-        if device is None:
-            return error(401, "This device token is not valid.")
-        try:
-            return view(request, device, *args, **kwargs)
-        except actions.WrongDevice as exc:
-            return error(403, str(exc))
-        except actions.JobConflict as exc:
-            return error(409, str(exc))
-        except (BadRequest, InvalidModel) as exc:
-            return error(400, str(exc))
-        except Job.DoesNotExist:
-            return error(404, "No such job.")
-
-    return wrapper
-
-
-class BadRequest(Exception):
-    """The request body is not what the protocol says (HTTP 400)."""
-
-
-def _body(request):
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"The body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("The body must be a JSON object.")
-    return body
 
 
 def _attempt(value):
     try:
         return int(value)
     except (TypeError, ValueError) as exc:
-        raise BadRequest("attempt must be an integer.") from exc
+        raise BadInput("attempt must be an integer.") from exc
 
 
 def _job_for(device, job_id):
@@ -155,9 +106,9 @@ def whoami(request, device):
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = _body(request).get("fingerprint")
+    fingerprint = json_body(request).get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, dict):
-        raise BadRequest("fingerprint must be a JSON object.")
+        raise BadInput("fingerprint must be a JSON object.")
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
     device.record_heartbeat()
@@ -169,7 +120,7 @@ def device_heartbeat(request, device):
 @require_POST
 @device_required
 def claim(request, device, job_id):
-    job = actions.claim_job(job_id, device, _attempt(_body(request).get("attempt")))
+    job = actions.claim_job(job_id, device, _attempt(json_body(request).get("attempt")))
     device.record_heartbeat()
     return JsonResponse(_job_json(job, device))
 
@@ -177,7 +128,7 @@ def claim(request, device, job_id):
 @require_POST
 @device_required
 def job_heartbeat(request, device, job_id):
-    body = _body(request)
+    body = json_body(request)
     job = actions.heartbeat_job(
         job_id,
         device,
@@ -197,13 +148,13 @@ def job_heartbeat(request, device, job_id):
 @require_POST
 @device_required
 def complete(request, device, job_id):
-    body = _body(request)
+    body = json_body(request)
     state = body.get("state")
     if state not in JobState.FINAL:
-        raise BadRequest(f"state must be one of: {', '.join(JobState.FINAL)}.")
+        raise BadInput(f"state must be one of: {', '.join(JobState.FINAL)}.")
     result = body.get("result") or {}
     if not isinstance(result, dict):
-        raise BadRequest("result must be a JSON object.")
+        raise BadInput("result must be a JSON object.")
     try:
         job = actions.complete_job(
             job_id,
@@ -216,7 +167,7 @@ def complete(request, device, job_id):
             failure_category=str(body.get("failure_category") or ""),
         )
     except ValueError as exc:
-        raise BadRequest(str(exc)) from exc
+        raise BadInput(str(exc)) from exc
     return JsonResponse({"id": job.pk, "state": job.state, "attempt": job.attempt})
 
 
@@ -257,7 +208,7 @@ def upload_artifact(request, device, job_id):
     job = _job_for(device, job_id)
     upload = request.FILES.get("file")
     if upload is None or not request.POST.get("name"):
-        raise BadRequest("Send multipart fields 'attempt' and 'name' and a file 'file'.")
+        raise BadInput("Send multipart fields 'attempt' and 'name' and a file 'file'.")
     artifact = store_artifact(
         job, device, _attempt(request.POST.get("attempt")), request.POST["name"], upload
     )

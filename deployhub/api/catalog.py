@@ -1,73 +1,19 @@
 """API v1 for people and scripts: the model registry, with personal API tokens."""
 
-import functools
 import json
 
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.http import Http404, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
-from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.views import error
-from deployhub.registry.datasets import DatasetError
+from deployhub.api.auth import BadInput, Conflict, json_body, token_required
 from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
-from deployhub.registry.golden import GoldenError, create_golden_set
-from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import Model, ModelVersion, VersionFormat
 from deployhub.registry.uploads import DuplicateVersion, create_dataset, create_version
 from deployhub.teams.access import require_role, teams_of
-from deployhub.teams.models import ApiToken, Role
-
-
-class BadInput(Exception):
-    """A field of the request is missing or malformed (HTTP 400)."""
-
-
-def json_body(request):
-    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"The body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadInput("The body must be a JSON object.")
-    return body
-
-
-def token_required(view):
-    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
-
-    @csrf_exempt
-    @functools.wraps(view)
-    def wrapper(request, *args, **kwargs):
-        header = request.headers.get("Authorization", "")
-        record = ApiToken.objects.by_token(header.removeprefix("Bearer ").strip())
-        if record is None:
-            return error(
-                401,
-                "An API token is required: Authorization: Bearer dhu_... "
-                "(create one under Account → API tokens).",
-            )
-        ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
-        request.user = record.user
-        try:
-            return view(request, *args, **kwargs)
-        except PermissionDenied as exc:
-            return error(403, str(exc) or "You may not do this.")
-        except Http404:
-            return error(404, "Not found.")
-        except DuplicateVersion as exc:
-            body = {"error": str(exc), "existing": version_json(exc.version)}
-            return JsonResponse(body, status=409)
-        except UploadTooLarge as exc:
-            return error(413, str(exc))
-        except (InvalidModel, DatasetError, GoldenError, BadInput) as exc:
-            return error(400, str(exc))
-
-    return wrapper
+from deployhub.teams.models import Role
 
 
 def version_json(version):
@@ -127,14 +73,17 @@ def _file(request, what="the model"):
 
 
 def _upload(request, model):
-    version = create_version(
-        model,
-        _file(request),
-        request.user,
-        notes=request.POST.get("notes", ""),
-        preprocessing=_json_field(request, "preprocessing"),
-        contract=_json_field(request, "contract"),
-    )
+    try:
+        version = create_version(
+            model,
+            _file(request),
+            request.user,
+            notes=request.POST.get("notes", ""),
+            preprocessing=_json_field(request, "preprocessing"),
+            contract=_json_field(request, "contract"),
+        )
+    except DuplicateVersion as exc:
+        raise Conflict(str(exc), existing=version_json(exc.version)) from exc
     if version.format == VersionFormat.PT2:
         slug = request.POST.get("export_on")
         device_class = model.team.device_classes.filter(slug=slug).first() if slug else None

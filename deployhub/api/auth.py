@@ -1,0 +1,108 @@
+"""Who may call API v1: people by personal tokens, devices by device tokens.
+
+Each decorator authenticates the caller, then answers the typed exceptions its
+views raise with their HTTP status, as a JSON error; never by a message's text.
+"""
+
+import functools
+import json
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from deployhub.devices.models import Device
+from deployhub.jobs.errors import JobConflict, WrongDevice
+from deployhub.jobs.models import Job
+from deployhub.registry.datasets import DatasetError
+from deployhub.registry.golden import GoldenError
+from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+from deployhub.teams.models import ApiToken
+
+
+class BadInput(Exception):
+    """A field of the request is missing or malformed (HTTP 400)."""
+
+
+class Conflict(Exception):
+    """The request clashes with something stored (HTTP 409); `existing` describes it as JSON."""
+
+    def __init__(self, message, existing):
+        super().__init__(message)
+        self.existing = existing
+
+
+def error(status, message):
+    return JsonResponse({"error": message}, status=status)
+
+
+def json_body(request):
+    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadInput("The body must be a JSON object.")
+    return body
+
+
+def _bearer(request):
+    return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+
+
+def token_required(view):
+    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        record = ApiToken.objects.by_token(_bearer(request))
+        if record is None:
+            return error(
+                401,
+                "An API token is required: Authorization: Bearer dhu_... "
+                "(create one under Account → API tokens).",
+            )
+        ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
+        request.user = record.user
+        try:
+            return view(request, *args, **kwargs)
+        except PermissionDenied as exc:
+            return error(403, str(exc) or "You may not do this.")
+        except Http404:
+            return error(404, "Not found.")
+        except Conflict as exc:
+            return JsonResponse({"error": str(exc), "existing": exc.existing}, status=409)
+        except UploadTooLarge as exc:
+            return error(413, str(exc))
+        except (InvalidModel, DatasetError, GoldenError, BadInput) as exc:
+            return error(400, str(exc))
+
+    return wrapper
+
+
+def device_required(view):
+    """Authenticate the device by its bearer token and pass it to the view."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            return error(401, "A device token is required: Authorization: Bearer <token>.")
+        device = Device.objects.by_token(_bearer(request))
+        if device is None:
+            return error(401, "This device token is not valid.")
+        try:
+            return view(request, device, *args, **kwargs)
+        except WrongDevice as exc:
+            return error(403, str(exc))
+        except JobConflict as exc:
+            return error(409, str(exc))
+        except (BadInput, InvalidModel) as exc:
+            return error(400, str(exc))
+        except Job.DoesNotExist:
+            return error(404, "No such job.")
+
+    return wrapper
