@@ -5,13 +5,14 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, json_body, token_required
+from deployhub.devices.actions import set_draining
 from deployhub.devices.models import Device
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
 from deployhub.registry.models import ModelVersion
 from deployhub.teams.access import require_role, teams_of
-from deployhub.teams.models import Event, Role
+from deployhub.teams.models import Role
 from workers.backends.registry import DEFAULT_BACKEND
 
 
@@ -76,15 +77,7 @@ def device_detail(request, pk):
 def device_drain(request, pk):
     """Body {"draining": true|false}: stop or resume giving the device new jobs."""
     device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
-    require_role(request.user, device.team, Role.ADMIN)
-    device.draining = bool(json_body(request).get("draining", True))
-    device.save(update_fields=["draining"])
-    Event.record(
-        device.team,
-        request.user,
-        "device.drained" if device.draining else "device.undrained",
-        device,
-    )
+    set_draining(device, json_body(request).get("draining", True), request.user)
     return JsonResponse(device_json(device))
 
 

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.devices.actions import set_draining
 from deployhub.devices.forms import (
     BudgetForm,
     DeviceClassEditForm,
@@ -143,12 +144,9 @@ def _register_device(request, device_class, form):
 @login_required
 @require_POST
 def device_drain(request, pk):
+    """Toggle whether the device takes new jobs."""
     device = _get_device_for_user(request, pk)
-    require_role(request.user, device.team, Role.ADMIN)
-    device.draining = not device.draining
-    device.save(update_fields=["draining"])
-    verb = "device.drained" if device.draining else "device.undrained"
-    Event.record(device.team, request.user, verb, device)
+    set_draining(device, not device.draining, request.user)
     messages.success(request, f"{device} is {'draining' if device.draining else 'accepting jobs'}.")
     return redirect(device.device_class)
 
