@@ -1,6 +1,7 @@
 """The shared cast and the real moving parts: a live hub, worker processes, Redis."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files import File
+from django.db import connections
 from django.test.utils import override_settings
 
 from deployhub.devices.models import Device, DeviceClass
@@ -25,6 +27,8 @@ from deployhub.teams.models import Membership, Role, Team
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "deployhub" / "demo" / "assets"
 PASSWORD = "correct horse battery"
+# Where the browser tests leave their screenshots.
+ARTIFACTS = ROOT / "test-artifacts"
 
 
 # Files that run longest, started first: under pytest-xdist the other process takes the rest.
@@ -228,6 +232,32 @@ def start_worker(live_server, tmp_path):
     yield start
     for worker in started:
         worker.stop()
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser():
+    """Launch Debian's headless Chromium for a test, through Playwright (imported only here)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium")
+    assert executable, "Debian's chromium is required: `make test` installs it"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        # ORM calls made while Playwright's loop runs keep their connection in that context.
+        connections.close_all()
+        browser.close()
 
 
 @pytest.fixture

@@ -10,17 +10,17 @@ from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.models import ModelVersion
 from deployhub.registry.uploads import create_dataset
+from tests.api_calls import call, token_for
 from tests.benchmark_results import LATENCY, record_evaluation, record_run, result
+from tests.compile_jobs import FINGERPRINT
 from tests.conftest import ASSETS, category_sent_with, stored_engine
-from tests.test_engines import FINGERPRINT, api
-from tests.test_registry_api import token_for
 
 
 @pytest.fixture
 def online_device(make_device, client):
     """A CPU device of the class with ONNX Runtime that has just heartbeated."""
     device, token = make_device("cpu-1")
-    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
     return device, token
 
 

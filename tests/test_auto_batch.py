@@ -10,6 +10,7 @@ from deployhub.benchmarks.batches import BatchRefused, check_batch
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.registry.uploads import create_dataset
+from tests.auto_builds import measured_build
 from tests.conftest import PASSWORD, stored_engine
 from tests.io_models import FLOAT, INT64, io_version
 
@@ -94,11 +95,9 @@ def test_the_builds_row_says_why_it_was_measured_at_another_batch(
 
 
 def test_per_image_figures_divide_the_latency_by_the_batch(alice, demo_team, device_class):
-    from tests.test_auto_rank import build
-
     version = image_version(demo_team, alice, batch=2)
     run = AutoRun.objects.create(model_version=version, device_class=device_class)
-    measured = build(run, "fp32", p50=6.0, p99=6.0, batch=2)
+    measured = measured_build(run, "fp32", p50=6.0, p99=6.0, batch=2)
 
     assert auto.ms_per_image(measured) == pytest.approx(3.0)
 

@@ -108,7 +108,7 @@ def test_its_pages_say_nothing_was_quantised_and_why_it_was_left_out(run, client
 
 
 def test_its_results_report_and_api_flag_it_too(run, client, alice):
-    from tests.test_registry_api import token_for
+    from tests.api_calls import token_for
 
     int8 = measured_build(run, "int8", p50=9.0, quantized_nodes=0)
     version = run.model_version

@@ -4,64 +4,26 @@ The builds' results are stored as workers would send them (through the models'
 record methods); the end-to-end run with a real worker is tests/test_e2e_auto.py.
 """
 
-import json
-
 import pytest
 
-from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.actions import compared_engines
 from deployhub.engines.models import AutoBuild, AutoRun
-from deployhub.jobs.models import Job, JobKind
+from deployhub.jobs.models import JobKind
 from deployhub.registry.models import GoldenRun, GoldenSet
-from tests.benchmark_results import LATENCY, record_evaluation, result
-from tests.conftest import PASSWORD, category_sent_with, stored_engine
+from tests.api_calls import call
+from tests.auto_builds import (
+    LONG_ERROR,
+    SKIP_REASON,
+    engine_of,
+    failed_build,
+    measured_build,
+    skipped_build,
+)
+from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
-
-
-def engine_of(version, device_class, name, precision=None):
-    config = {"name": name, **({"precision": precision} if precision else {})}
-    return stored_engine(version, device_class, config, digest=name)
-
-
-def job(version, device_class, kind, engine):
-    return Job.objects.create(
-        team=version.team,
-        kind=kind,
-        device_class=device_class,
-        model_version=version,
-        engine=engine,
-        state="succeeded",
-    )
-
-
-def build(
-    run, name, *, p50, p99=None, batch=1, throughput=None, agreement=1.0, stable=True, int8=False
-):
-    """Add a measured build: its benchmark (p50/p99 ms per batch) and its evaluation."""
-    version, device_class = run.model_version, run.device_class
-    engine = engine_of(version, device_class, name, "int8" if int8 else None)
-    body = result(
-        batch_size=batch,
-        latency_ms={**LATENCY, "p50": p50, "p99": p99 or p50 * 1.2, "min": p50 * 0.9},
-        throughput_ips=throughput or batch * 1000 / p50,
-        stability={"stable": stable, "reasons": [] if stable else ["CV 30.0% is above 10%"]},
-    )
-    benchmark_job = job(version, device_class, JobKind.BENCHMARK, engine)
-    BenchmarkRun.record(benchmark_job, body)
-    evaluate_job = job(version, device_class, JobKind.EVALUATE, engine)
-    record_evaluation(evaluate_job, engine, agreement)
-    return AutoBuild.objects.create(
-        auto_run=run,
-        backend="onnxruntime",
-        precision=name,
-        engine=engine,
-        benchmark_job=benchmark_job,
-        evaluate_job=evaluate_job,
-        finished=True,
-    )
 
 
 @pytest.fixture
@@ -78,9 +40,9 @@ def ranked(run):
 def test_a_realtime_class_gets_the_fastest_build_at_batch_1_that_meets_its_budget(run):
     run.device_class.frame_budget_ms = 10.0
     run.device_class.save()
-    build(run, "slow", p50=8.0)
-    build(run, "fast", p50=2.0)
-    build(run, "wrong", p50=1.0, agreement=0.9)
+    measured_build(run, "slow", p50=8.0)
+    measured_build(run, "fast", p50=2.0)
+    measured_build(run, "wrong", p50=1.0, agreement=0.9)
 
     builds, run = ranked(run)
 
@@ -93,8 +55,8 @@ def test_a_realtime_class_gets_the_fastest_build_at_batch_1_that_meets_its_budge
 def test_an_unstable_measurement_does_not_count_as_meeting_the_budget(run):
     run.device_class.frame_budget_ms = 4.0  # the noisy build's p99 (2.4 ms) is not 2x within
     run.device_class.save()
-    build(run, "steady", p50=3.0)
-    build(run, "noisy", p50=2.0, stable=False)
+    measured_build(run, "steady", p50=3.0)
+    measured_build(run, "noisy", p50=2.0, stable=False)
 
     builds, run = ranked(run)
 
@@ -109,8 +71,8 @@ def test_a_batch_class_compares_throughput_and_checks_its_target(run):
     device_class.batch_latency_ceiling_ms = 100.0
     device_class.save()
     # "narrow" answers a batch sooner, "wide" gets more images through: throughput decides.
-    build(run, "narrow", p50=10.0, batch=8, throughput=400.0)
-    build(run, "wide", p50=12.0, batch=8, throughput=650.0)
+    measured_build(run, "narrow", p50=10.0, batch=8, throughput=400.0)
+    measured_build(run, "wide", p50=12.0, batch=8, throughput=650.0)
 
     builds, run = ranked(run)
 
@@ -120,8 +82,8 @@ def test_a_batch_class_compares_throughput_and_checks_its_target(run):
 
 
 def test_a_build_that_fails_its_golden_pairs_is_never_recommended(run, alice):
-    fast = build(run, "fast", p50=1.0)
-    build(run, "correct", p50=2.0)
+    fast = measured_build(run, "fast", p50=1.0)
+    measured_build(run, "correct", p50=2.0)
     golden = GoldenSet.objects.create(
         model_version=run.model_version,
         name="reference",
@@ -164,13 +126,6 @@ def test_a_batch_class_is_measured_in_batches_the_contract_allows(version, devic
     }
 
 
-def api(client, token, path, body):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    return client.post(
-        f"/api/v1/{path}", json.dumps(body), content_type="application/json", **headers
-    )
-
-
 def comparison(*figures):
     """A side-by-side result: (engine, best round ms) pairs, as a worker sends them."""
     engines = [
@@ -183,10 +138,10 @@ def comparison(*figures):
 def finish_comparison(client, make_device, job, result, capture):
     """Claim the compare job as a device and complete it with result; return the response."""
     device, token = make_device()
-    claimed = api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    claimed = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     assert claimed.status_code == 200, claimed.content
     with capture(execute=True):
-        return claimed.json(), api(
+        return claimed.json(), call(
             client,
             token,
             f"jobs/{job.pk}/complete",
@@ -197,9 +152,9 @@ def finish_comparison(client, make_device, job, result, capture):
 def test_close_builds_are_timed_side_by_side_and_that_run_decides(
     run, client, make_device, django_capture_on_commit_callbacks
 ):
-    first = build(run, "first", p50=2.0)
-    second = build(run, "second", p50=2.2)  # within 25%: a contender
-    build(run, "far", p50=4.0)
+    first = measured_build(run, "first", p50=2.0)
+    second = measured_build(run, "second", p50=2.2)  # within 25%: a contender
+    measured_build(run, "far", p50=4.0)
 
     run = auto.advance(run)
 
@@ -231,8 +186,8 @@ def test_close_builds_are_timed_side_by_side_and_that_run_decides(
 
 
 def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):
-    build(run, "fast", p50=2.0)
-    build(run, "slow", p50=3.0)
+    measured_build(run, "fast", p50=2.0)
+    measured_build(run, "slow", p50=3.0)
 
     run = auto.advance(run)
 
@@ -242,9 +197,9 @@ def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):
 
 def test_builds_whose_medians_came_close_are_timed_side_by_side_whatever_their_p99(run):
     # One slow frame in a hundred (a busy machine) spreads p99s that the medians do not.
-    first = build(run, "first", p50=5.0, p99=11.5)
-    second = build(run, "second", p50=5.7, p99=18.3)
-    build(run, "far", p50=9.0, p99=20.0)
+    first = measured_build(run, "first", p50=5.0, p99=11.5)
+    second = measured_build(run, "second", p50=5.7, p99=18.3)
+    measured_build(run, "far", p50=9.0, p99=20.0)
 
     run = auto.advance(run)
 
@@ -256,8 +211,8 @@ def test_a_batch_class_compares_its_builds_at_the_batch_they_were_measured_at(ru
     device_class = run.device_class
     device_class.serving_pattern = "batch"
     device_class.save()
-    build(run, "a", p50=10.0, batch=8, throughput=800.0)
-    build(run, "b", p50=10.5, batch=8, throughput=760.0)
+    measured_build(run, "a", p50=10.0, batch=8, throughput=800.0)
+    measured_build(run, "b", p50=10.5, batch=8, throughput=760.0)
 
     run = auto.advance(run)
 
@@ -265,8 +220,8 @@ def test_a_batch_class_compares_its_builds_at_the_batch_they_were_measured_at(ru
 
 
 def test_a_failed_side_by_side_run_leaves_the_separate_runs_to_decide(run):
-    build(run, "first", p50=2.0)
-    build(run, "second", p50=2.1)
+    measured_build(run, "first", p50=2.0)
+    measured_build(run, "second", p50=2.1)
     run = auto.advance(run)
     job = run.compare_job
     job.state, job.error = "failed", "worker lost after 3 attempts"
@@ -281,8 +236,8 @@ def test_a_failed_side_by_side_run_leaves_the_separate_runs_to_decide(run):
 def test_a_side_by_side_result_for_other_engines_fails_the_job_and_stores_nothing(
     run, client, make_device, django_capture_on_commit_callbacks
 ):
-    first = build(run, "first", p50=2.0)
-    build(run, "second", p50=2.1)
+    first = measured_build(run, "first", p50=2.0)
+    measured_build(run, "second", p50=2.1)
     job = auto.advance(run).compare_job
 
     _, response = finish_comparison(
@@ -302,8 +257,8 @@ def test_a_side_by_side_result_for_other_engines_fails_the_job_and_stores_nothin
 
 
 def test_a_compare_job_names_only_engines_of_its_own_version_and_class(run, demo_team):
-    first = build(run, "first", p50=2.0)
-    build(run, "second", p50=2.1)
+    first = measured_build(run, "first", p50=2.0)
+    measured_build(run, "second", p50=2.1)
     job = auto.advance(run).compare_job
     elsewhere = DeviceClass.objects.create(team=demo_team, slug="elsewhere", name="Elsewhere")
     foreign = engine_of(run.model_version, elsewhere, "foreign")
@@ -313,9 +268,9 @@ def test_a_compare_job_names_only_engines_of_its_own_version_and_class(run, demo
 
 
 def test_the_page_flags_an_int8_build_slower_than_fp32(run, client, alice):
-    build(run, "fp32", p50=2.0)
-    build(run, "int8-slow", p50=2.4, int8=True)
-    build(run, "int8-fast", p50=1.0, int8=True)
+    measured_build(run, "fp32", p50=2.0)
+    measured_build(run, "int8-slow", p50=2.4, int8=True)
+    measured_build(run, "int8-fast", p50=1.0, int8=True)
     auto.advance(run)
     client.login(username="alice", password=PASSWORD)
 
@@ -327,50 +282,13 @@ def test_the_page_flags_an_int8_build_slower_than_fp32(run, client, alice):
 def test_the_summary_says_when_instability_not_speed_kept_a_build_from_the_gate(run):
     run.device_class.frame_budget_ms = 4.0
     run.device_class.save()
-    build(run, "noisy", p50=2.0, stable=False)  # p99 2.4 ms: within 4 ms, not 2x within
+    measured_build(run, "noisy", p50=2.0, stable=False)  # p99 2.4 ms: within 4 ms, not 2x within
 
     builds, run = ranked(run)
 
     assert run.recommended.precision == "noisy" and builds["noisy"].meets_budget is None
     assert "no build was measured meeting the class's gate" in run.summary
     assert "unstable (CV 30.0% is above 10%)" in run.summary
-
-
-LONG_ERROR = (
-    "unsupported_operator: [ONNXRuntimeError] : 10 : INVALID_GRAPH : This is an invalid model. "
-    "In Node, ('bn', BatchNormalization, '', -1) : ('x': tensor(float),) -> ('y',) , Error "
-    "Unrecognized attribute: spatial for operator BatchNormalization at the end of the line"
-)
-
-
-def failed_build(run, name, *, error=LONG_ERROR, kind=JobKind.COMPILE):
-    """Add a build whose compile (or benchmark) job failed with `error`."""
-    version, device_class = run.model_version, run.device_class
-    failed = job(version, device_class, kind, None)
-    failed.state, failed.error = "failed", error
-    failed.failure_category = category_sent_with(error)
-    failed.save()
-    jobs = {"compile_job": failed} if kind == JobKind.COMPILE else {}
-    if kind == JobKind.BENCHMARK:
-        engine = engine_of(version, device_class, name)
-        jobs = {"engine": engine, "benchmark_job": failed}
-        jobs["evaluate_job"] = job(version, device_class, JobKind.EVALUATE, engine)
-        error = f"benchmark: {error}"
-    return AutoBuild.objects.create(
-        auto_run=run, backend="openvino", precision=name, error=error, finished=True, **jobs
-    )
-
-
-def skipped_build(run, name, reason):
-    return AutoBuild.objects.create(
-        auto_run=run, backend="tensorrt", precision=name, skipped=reason, finished=True
-    )
-
-
-SKIP_REASON = (
-    "tensorrt is not installed on any device of this class: no worker reports a TensorRT "
-    "version, so an fp16 engine cannot be built here; add a GPU device or drop the backend"
-)
 
 
 def test_it_says_all_builds_failed_and_is_not_green(run):
@@ -388,7 +306,7 @@ def test_it_says_all_builds_failed_and_is_not_green(run):
 
 
 def test_it_counts_the_failed_builds_beside_a_recommendation(run):
-    build(run, "fp32", p50=2.0)
+    measured_build(run, "fp32", p50=2.0)
     failed_build(run, "int8", error="the engine did not load", kind=JobKind.BENCHMARK)
     failed_build(run, "bf16", error="unsupported_operator: Add-6", kind=JobKind.COMPILE)
 
@@ -400,7 +318,7 @@ def test_it_counts_the_failed_builds_beside_a_recommendation(run):
 
 
 def test_it_says_nothing_was_within_tolerance_and_what_failed(run):
-    build(run, "wrong", p50=1.0, agreement=0.5)
+    measured_build(run, "wrong", p50=1.0, agreement=0.5)
     failed_build(run, "int8")
 
     _, run = ranked(run)
@@ -415,8 +333,8 @@ def test_it_says_nothing_was_within_tolerance_and_what_failed(run):
 def test_a_recommended_build_that_misses_the_budget_says_so(run):
     run.device_class.frame_budget_ms = 1.0
     run.device_class.save()
-    build(run, "fast", p50=2.0)
-    build(run, "slow", p50=5.0)
+    measured_build(run, "fast", p50=2.0)
+    measured_build(run, "slow", p50=5.0)
 
     builds, run = ranked(run)
 
@@ -429,7 +347,7 @@ def test_a_recommended_build_that_misses_the_budget_says_so(run):
 def test_a_recommended_build_from_an_unstable_run_says_so(run):
     run.device_class.frame_budget_ms = 4.0
     run.device_class.save()
-    build(run, "noisy", p50=2.0, stable=False)
+    measured_build(run, "noisy", p50=2.0, stable=False)
 
     builds, run = ranked(run)
 
@@ -439,8 +357,8 @@ def test_a_recommended_build_from_an_unstable_run_says_so(run):
 
 def test_a_realtime_class_ranks_by_p99_the_figure_its_gate_judges(run):
     # "spiky" has the lower median, but one frame in a hundred takes 9 ms.
-    build(run, "spiky", p50=2.0, p99=9.0)
-    build(run, "steady", p50=3.0, p99=3.3)
+    measured_build(run, "spiky", p50=2.0, p99=9.0)
+    measured_build(run, "steady", p50=3.0, p99=3.3)
 
     builds, run = ranked(run)
 
@@ -478,8 +396,8 @@ def test_the_page_shows_each_failure_its_category_whole_message_and_job_log(run,
 def test_the_page_labels_the_recommendation_that_misses_the_budget(run, client, alice):
     run.device_class.frame_budget_ms = 1.0
     run.device_class.save()
-    build(run, "fast", p50=2.0)
-    build(run, "slow", p50=5.0)
+    measured_build(run, "fast", p50=2.0)
+    measured_build(run, "slow", p50=5.0)
     auto.advance(run)
 
     page = page_of(client, run)
@@ -532,8 +450,8 @@ def test_the_version_page_lists_a_failed_run_by_its_outcome_not_done(run, client
 
 
 def test_it_does_not_blame_the_tolerance_when_a_build_within_it_was_left_out(run):
-    build(run, "fp32", p50=2.0, agreement=0.5)
-    hollow = build(run, "int8", p50=1.9, int8=True)
+    measured_build(run, "fp32", p50=2.0, agreement=0.5)
+    hollow = measured_build(run, "int8", p50=1.9, int8=True)
     hollow.engine.graph_report = {"quantized_nodes": 0}
     hollow.engine.save()
 

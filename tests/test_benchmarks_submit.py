@@ -7,9 +7,9 @@ import pytest
 from deployhub.benchmarks.batches import BatchRefused, sweep_sizes
 from deployhub.jobs.models import Job
 from deployhub.registry.uploads import derive_version
+from tests.api_calls import token_for
 from tests.benchmark_results import ranged, record_run, result
 from tests.conftest import PASSWORD, stored_engine
-from tests.test_registry_api import token_for
 
 
 def contract(batch):

@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator
 from deployhub.engines.preflight import preflight
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.models import ModelVersion
+from tests.api_calls import token_for
 from tests.conformance_models import modernised_opset6, write_old_opset6_batchnorm_add
 from tests.conftest import PASSWORD, wait_until
 from tests.foreign_models import (
@@ -28,7 +29,6 @@ from tests.foreign_models import (
     unconvertible_model,
     unknown_rank_model,
 )
-from tests.test_registry_api import token_for
 from workers.convert import convert_onnx
 from workers.errors import JobError
 

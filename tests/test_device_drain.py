@@ -7,8 +7,8 @@ from django.core.exceptions import PermissionDenied
 
 from deployhub.devices.actions import set_draining
 from deployhub.teams.models import Event
+from tests.api_calls import token_for
 from tests.conftest import PASSWORD
-from tests.test_registry_api import token_for
 
 
 def drain_on_page(client, user, device):

@@ -7,15 +7,14 @@ from playwright.sync_api import expect
 
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
+from tests.auto_builds import LONG_ERROR, SKIP_REASON, failed_build, skipped_build
 from tests.conftest import PASSWORD
-from tests.test_auto_rank import LONG_ERROR, SKIP_REASON, failed_build, skipped_build
-from tests.test_e2e_browser import browser  # noqa: F401 (the Chromium fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 GREEN = "rgb(26, 127, 55)"  # --green in static/css/deployhub.css
 
 
-def logged_in_page(browser, live_server):  # noqa: F811 (the fixture's value)
+def logged_in_page(browser, live_server):
     page = browser.new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{live_server.url}/login/")

@@ -1,42 +1,18 @@
 """Step 2 of the README, driven in a real headless Chromium against a live hub and a real worker."""
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.demo.management.commands.seed_demo import demo_password
 from deployhub.devices.models import Device
 from deployhub.jobs.models import Job
+from tests.conftest import ARTIFACTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture
-def browser():
-    executable = shutil.which("chromium")
-    assert executable, "Debian's chromium is required: `make test` installs it"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        # ORM calls made while Playwright's loop runs keep their connection in that context.
-        connections.close_all()
-        browser.close()
 
 
 @pytest.fixture

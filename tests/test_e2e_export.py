@@ -6,8 +6,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.models import ModelVersion
+from tests.api_calls import token_for
 from tests.conftest import PASSWORD, wait_until
-from tests.test_registry_api import token_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

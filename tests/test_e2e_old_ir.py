@@ -11,9 +11,9 @@ from deployhub.engines.models import Engine
 from deployhub.jobs.models import Job, JobState
 from deployhub.registry.models import ModelVersion
 from deployhub.registry.uploads import create_dataset
+from tests.api_calls import token_for
 from tests.conftest import PASSWORD, wait_until
 from tests.foreign_models import calibration_npz, conv_model, nothing_to_quantise_model
-from tests.test_registry_api import token_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,31 +12,11 @@ from deployhub.engines import signing
 from deployhub.engines.actions import request_compile, stored_file_intact
 from deployhub.engines.models import Engine, TimingCache
 from deployhub.jobs.models import Job, JobKind
-from tests.benchmark_results import record_run
+from tests.api_calls import call, token_for
+from tests.benchmark_results import OLD_RESULT, record_run
+from tests.compile_jobs import CONFIG, ENGINE_BYTES, FINGERPRINT, build, compile_
 from tests.conftest import PASSWORD
 from workers.backends.base import digest
-
-FINGERPRINT = {
-    "schema": 2,
-    "os": {"system": "Linux", "release": "6.1", "machine": "x86_64"},
-    "cpu": {
-        "model": "Test Xeon",
-        "count": 2,
-        "flags": ["avx2", "avx512f", "avx512_vnni"],
-        "isa_level": "avx512",
-    },
-    "memory_mb": 24000,
-    "gpus": None,
-    "nvidia_driver": None,
-    "cuda": None,
-    "onnxruntime": {"version": "1.32.0", "providers": ["CPUExecutionProvider"]},
-    "tensorrt": None,
-    "openvino": None,
-    "torch": None,
-    "cudnn": None,
-}
-CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
-ENGINE_BYTES = b"an optimised onnx model"
 
 
 def other_ort(fingerprint=FINGERPRINT, version="1.31.0"):
@@ -45,53 +25,11 @@ def other_ort(fingerprint=FINGERPRINT, version="1.31.0"):
     return changed
 
 
-def api(client, token, path, body=None, method="post"):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-    if method == "get":
-        return client.get(f"/api/v1/{path}", **headers)
-    return client.post(
-        f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
-    )
-
-
 @pytest.fixture
 def device_a(make_device, client):
     device, token = make_device("a")
-    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
     return device, token
-
-
-def build(client, job, token, data=ENGINE_BYTES, timing_cache=None, fingerprint=FINGERPRINT):
-    """Play the worker's side of a compile job through the real API."""
-    api(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
-    uploads = {"engine": data, **({"timing_cache": timing_cache} if timing_cache else {})}
-    for name, content in uploads.items():
-        client.post(
-            f"/api/v1/jobs/{job.pk}/artifacts",
-            {"attempt": job.attempt, "name": name, "file": SimpleUploadedFile(name, content)},
-            HTTP_AUTHORIZATION=f"Bearer {token}",
-        )
-    result = {
-        "backend": "onnxruntime",
-        "build_config": CONFIG,
-        "fingerprint": fingerprint,
-        "tool_versions": {"onnxruntime": "1.32.0"},
-        "build_seconds": 0.5,
-        "build_log": "ok",
-        "artifact": "engine",
-        "artifact_sha256": hashlib.sha256(data).hexdigest(),
-        "timing_cache_sha256": hashlib.sha256(timing_cache).hexdigest() if timing_cache else None,
-    }
-    return api(
-        client,
-        token,
-        f"jobs/{job.pk}/complete",
-        {"attempt": job.attempt, "state": "succeeded", "result": result},
-    )
-
-
-def compile_(version, device_class, user):
-    return request_compile(version, device_class, "onnxruntime", CONFIG, user)
 
 
 def test_a_compile_stores_a_signed_engine_and_a_repeat_reuses_it(
@@ -137,10 +75,10 @@ def test_only_a_device_with_the_same_toolchain_downloads_the_engine(
     build(client, compile_(version, device_class, alice)[1], token_a)
     engine = Engine.objects.get()
     _, token_b = make_device("b")
-    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
-    ok = api(client, token_a, f"engines/{engine.pk}/download", method="get")
+    call(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    ok = call(client, token_a, f"engines/{engine.pk}/download", method="get")
     assert ok.status_code == 200 and b"".join(ok.streaming_content) == ENGINE_BYTES
-    refused = api(client, token_b, f"engines/{engine.pk}/download", method="get")
+    refused = call(client, token_b, f"engines/{engine.pk}/download", method="get")
     assert refused.status_code == 409
     assert refused.json()["differences"] == {"onnxruntime": ["1.32.0", "1.31.0"]}
     assert "1.32.0" in refused.json()["error"] and "1.31.0" in refused.json()["error"]
@@ -151,7 +89,7 @@ def test_a_fingerprint_change_is_kept_readably_and_marks_engines_stale(
 ):
     device, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
-    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    call(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
     change = FingerprintChange.objects.get(device=device)
     assert any("1.32.0" in line and "1.33.0" in line for line in change.summary)
     engine = Engine.objects.get()
@@ -166,7 +104,7 @@ def test_a_rebuild_after_the_change_produces_a_new_engine(
 ):
     device, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
-    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    call(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
     client.login(username="alice", password=PASSWORD)
     client.post(f"/engines/{Engine.objects.get().pk}/rebuild")
     job = Job.objects.filter(kind=JobKind.COMPILE).latest("id")
@@ -180,7 +118,7 @@ def test_a_class_set_to_auto_rebuild_queues_the_rebuild_itself(
     device_class.save()
     _, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
-    api(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
+    call(client, token, "device/heartbeat", {"fingerprint": other_ort(version="1.33.0")})
     assert Job.objects.filter(kind=JobKind.COMPILE, state="queued").count() == 1
 
 
@@ -193,9 +131,9 @@ def test_a_timing_cache_goes_to_the_next_build_on_a_matching_device(
     assert cache.device_class == device_class
     Engine.objects.all().delete()
     _, job = compile_(version, device_class, alice)
-    claimed = api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+    claimed = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
     assert claimed["inputs"]["timing_cache"]["sha256"] == cache.sha256
-    served = api(client, token, f"jobs/{job.pk}/inputs/timing_cache", method="get")
+    served = call(client, token, f"jobs/{job.pk}/inputs/timing_cache", method="get")
     assert b"".join(served.streaming_content) == b"tactics"
 
 
@@ -205,7 +143,7 @@ def test_the_version_page_shows_the_compatibility_matrix(
     _, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
     _, token_b = make_device("b")
-    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    call(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
     assert "Compatibility on" in page and ">runs<" in page and "1.31.0" in page
@@ -241,8 +179,6 @@ def test_a_build_config_the_backend_cannot_build_is_refused_up_front(
 def test_the_api_compiles_reuses_and_reports_compatibility(
     client, version, device_class, alice, device_a, make_device
 ):
-    from tests.test_registry_api import token_for
-
     _, token = device_a
     headers = token_for(alice)
     body = json.dumps(
@@ -258,15 +194,13 @@ def test_the_api_compiles_reuses_and_reports_compatibility(
     )
     assert reused.status_code == 200 and reused.json()["reused"] is True
     _, token_b = make_device("b")
-    api(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
+    call(client, token_b, "device/heartbeat", {"fingerprint": other_ort()})
     engine = client.get(f"/api/v1/engines/{reused.json()['engine']['id']}", **headers).json()
     runs = {d["device"]: d["runs"] for d in engine["devices"]}
     assert runs == {"a": True, "b": False}
 
 
 def test_an_admin_drains_a_device_through_the_api(client, alice, bob, device_a):
-    from tests.test_registry_api import token_for
-
     device, _ = device_a
     url = f"/api/v1/devices/{device.pk}/drain"
     assert (
@@ -283,8 +217,6 @@ def test_an_admin_drains_a_device_through_the_api(client, alice, bob, device_a):
 def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
     client, version, device_class, alice, device_a
 ):
-    from tests.test_protocol import RESULT
-
     device, token = device_a
     build(client, compile_(version, device_class, alice)[1], token)
     engine = Engine.objects.get()
@@ -302,8 +234,8 @@ def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
     )
 
     def run(engine, p50):
-        latency = {**RESULT["latency_ms"], "p50": p50}
-        return record_run(version, device_class, {**RESULT, "latency_ms": latency}, engine)
+        latency = {**OLD_RESULT["latency_ms"], "p50": p50}
+        return record_run(version, device_class, {**OLD_RESULT, "latency_ms": latency}, engine)
 
     run(engine, 18.0)
     run(int8, 24.0)
@@ -362,10 +294,8 @@ def auto_build_of(version, device_class, user, backend):
 def test_it_gives_the_form_the_api_and_auto_mode_one_engine_for_one_build(
     client, version, device_class, alice, make_device, backend, form_config, api_config
 ):
-    from tests.test_registry_api import token_for
-
     _, token = make_device("a")
-    api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
     compile_in_form(client, version, device_class, backend, form_config)
     job = Job.objects.get(kind=JobKind.COMPILE)
     build(client, job, token, fingerprint=CPU_FINGERPRINT)
@@ -385,7 +315,7 @@ def test_it_stores_an_engine_under_its_build_config_with_every_default_spelt_out
     client, version, device_class, alice, make_device
 ):
     _, token = make_device("a")
-    api(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": CPU_FINGERPRINT})
     compile_in_form(client, version, device_class, "openvino", {"precision": "f32"})
     build(client, Job.objects.get(kind=JobKind.COMPILE), token, fingerprint=CPU_FINGERPRINT)
 
@@ -424,8 +354,6 @@ def test_it_spells_one_build_one_way_for_every_backend(backend, one, other):
 def test_it_refuses_a_build_config_that_is_not_an_object_and_queues_nothing(
     client, version, device_class, alice, device_a
 ):
-    from tests.test_registry_api import token_for
-
     answer = compile_by_api(client, version, device_class, "onnxruntime", [1], token_for(alice))
 
     assert answer.status_code == 400 and "JSON object" in answer.json()["error"]
@@ -436,8 +364,6 @@ def test_it_refuses_a_build_config_that_is_not_an_object_and_queues_nothing(
 def test_it_refuses_a_backend_it_does_not_know_and_queues_nothing(
     client, version, device_class, alice, device_a, backend
 ):
-    from tests.test_registry_api import token_for
-
     answer = compile_by_api(client, version, device_class, backend, {}, token_for(alice))
 
     assert answer.status_code == 400 and "There is no backend named" in answer.json()["error"]

@@ -14,8 +14,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from deployhub.engines.actions import request_compile
 from deployhub.engines.models import CalibrationCache
 from deployhub.registry.uploads import create_dataset
+from tests.api_calls import call
+from tests.compile_jobs import FINGERPRINT
 from tests.conftest import ASSETS
-from tests.test_engines import FINGERPRINT, api
 
 CONFIG = {"precision": "int8"}
 SCALES = b"TRT-1016-EntropyCalibration2\ninput: 3c010a14\n"
@@ -42,7 +43,7 @@ def calibration(version, alice):
 def gpu_device(make_device, client):
     def make(name, tensorrt="10.16.1.11"):
         device, token = make_device(name)
-        api(client, token, "device/heartbeat", {"fingerprint": gpu_fingerprint(tensorrt)})
+        call(client, token, "device/heartbeat", {"fingerprint": gpu_fingerprint(tensorrt)})
         return token
 
     return make
@@ -50,7 +51,7 @@ def gpu_device(make_device, client):
 
 def build_int8(client, job, token, scales=SCALES):
     """Play a TensorRT INT8 build that calibrated and uploads its calibration cache."""
-    api(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
+    call(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
     for name, content in {"engine": b"plan", "calibration_cache": scales}.items():
         client.post(
             f"/api/v1/jobs/{job.pk}/artifacts",
@@ -65,7 +66,7 @@ def build_int8(client, job, token, scales=SCALES):
         "calibration_cache_sha256": hashlib.sha256(scales).hexdigest(),
     }
     body = {"attempt": job.attempt, "state": "succeeded", "result": result}
-    return api(client, token, f"jobs/{job.pk}/complete", body)
+    return call(client, token, f"jobs/{job.pk}/complete", body)
 
 
 def compile_int8(version, device_class, user, config=CONFIG):
@@ -92,9 +93,9 @@ def test_the_next_int8_build_of_that_tensorrt_version_gets_it_as_an_input(
     build_int8(client, compile_int8(version, device_class, alice), gpu_device("gpu-a"))
     job = compile_int8(version, device_class, alice, {**CONFIG, "optimization_level": 5})
     other_gpu = gpu_device("gpu-b")  # another device, same TensorRT release: same scales
-    claimed = api(client, other_gpu, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+    claimed = call(client, other_gpu, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
     assert claimed["inputs"]["calibration_cache"]["sha256"] == hashlib.sha256(SCALES).hexdigest()
-    served = api(client, other_gpu, f"jobs/{job.pk}/inputs/calibration_cache", method="get")
+    served = call(client, other_gpu, f"jobs/{job.pk}/inputs/calibration_cache", method="get")
     assert b"".join(served.streaming_content) == SCALES
 
 
@@ -104,9 +105,9 @@ def test_another_tensorrt_version_calibrates_again(
     build_int8(client, compile_int8(version, device_class, alice), gpu_device("gpu-a"))
     job = compile_int8(version, device_class, alice, {**CONFIG, "optimization_level": 5})
     newer = gpu_device("gpu-new", tensorrt="10.17.0.3")
-    claimed = api(client, newer, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+    claimed = call(client, newer, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
     assert "calibration_cache" not in claimed["inputs"]
-    refused = api(client, newer, f"jobs/{job.pk}/inputs/calibration_cache", method="get")
+    refused = call(client, newer, f"jobs/{job.pk}/inputs/calibration_cache", method="get")
     assert refused.status_code == 404
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from deployhub.benchmarks.models import AccuracyRun
 from deployhub.jobs.models import Job, JobKind
+from tests.api_calls import token_for
 from tests.benchmark_results import SERVER_BLOCK, SWEEP, record_run, result
 from tests.conftest import PASSWORD, stored_engine
-from tests.test_registry_api import token_for
 
 
 @pytest.fixture

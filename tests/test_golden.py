@@ -16,6 +16,8 @@ from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import GoldenRun, GoldenSet, Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Event
+from tests.api_calls import call, token_for
+from tests.compile_jobs import FINGERPRINT
 from tests.conftest import PASSWORD, stored_engine, wait_until
 from tests.golden_models import (
     WRONG_BIAS,
@@ -26,8 +28,6 @@ from tests.golden_models import (
     run_model,
     tensor_bytes,
 )
-from tests.test_engines import FINGERPRINT, api
-from tests.test_registry_api import token_for
 from workers import golden as worker_golden
 
 CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
@@ -272,7 +272,7 @@ def test_an_evaluate_job_carries_the_golden_file_and_stores_the_verdict(
     client, alice, linear, device_class, make_device
 ):
     device, token = make_device()
-    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
     engine, golden = make_engine(linear, device_class), attach(linear, alice)
     job = request_evaluation(engine, alice, golden_set=golden)
     assert job.params["golden"] == {
@@ -283,15 +283,15 @@ def test_an_evaluate_job_carries_the_golden_file_and_stores_the_verdict(
         "output_names": ["logits", "features"],
     }
 
-    claimed = api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+    claimed = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
     assert claimed["inputs"]["golden"]["sha256"] == golden.sha256
     assert claimed["inputs"]["golden"]["filename"] == "golden.npz"
     assert "dataset" not in claimed["inputs"]
-    download = api(client, token, f"jobs/{job.pk}/inputs/golden", method="get")
+    download = call(client, token, f"jobs/{job.pk}/inputs/golden", method="get")
     assert b"".join(download.streaming_content) == golden_npz()
     result = {"golden": golden_result(job, ["logits"])}
     body = {"attempt": 1, "state": "succeeded", "result": result}
-    assert api(client, token, f"jobs/{job.pk}/complete", body).status_code == 200
+    assert call(client, token, f"jobs/{job.pk}/complete", body).status_code == 200
 
     job.refresh_from_db()
     run = GoldenRun.objects.get(job=job)
@@ -304,14 +304,14 @@ def test_a_golden_result_that_does_not_fit_the_set_fails_the_job(
     client, alice, linear, device_class, make_device
 ):
     device, token = make_device()
-    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
     engine, golden = make_engine(linear, device_class), attach(linear, alice)
     job = request_evaluation(engine, alice, golden_set=golden)
-    api(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     result = golden_result(job)
     result["outputs"] = result["outputs"][:1]
     body = {"attempt": 1, "state": "succeeded", "result": {"golden": result}}
-    api(client, token, f"jobs/{job.pk}/complete", body)
+    call(client, token, f"jobs/{job.pk}/complete", body)
     job.refresh_from_db()
     assert job.state == "failed" and "the set checks ['features', 'logits']" in job.error
     assert not GoldenRun.objects.exists()

@@ -10,7 +10,7 @@ from django.core.files.storage import default_storage
 from deployhub.jobs import kinds
 from deployhub.jobs.actions import complete_job, submit_job
 from deployhub.jobs.models import JobKind, JobState
-from tests.test_protocol import call
+from tests.api_calls import call
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = "toy"

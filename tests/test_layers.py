@@ -1,5 +1,10 @@
-"""The layer contracts in pyproject.toml hold, and an upward import breaks them."""
+"""The layer contracts in pyproject.toml hold, and an upward import breaks them.
 
+Test files import nothing from each other: what several share lives in a module
+of its own in tests/ (or in conftest.py, for fixtures).
+"""
+
+import ast
 import shutil
 import subprocess
 import sys
@@ -51,3 +56,41 @@ def test_a_worker_importing_django_breaks_its_contract(tmp_path):
 
     assert completed.returncode != 0
     assert "workers.leak -> django (l.1)" in completed.stdout
+
+
+def imported_test_modules(path):
+    """Name each tests/test_*.py module the file at path imports, with the line."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            # tests/ is one flat package: a relative import names one of its modules.
+            module = ".".join(filter(None, ["tests" if node.level else "", node.module]))
+            names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for parts in (name.split(".") for name in names):
+            if parts[0] == "tests" and len(parts) > 1 and parts[1].startswith("test_"):
+                found.add(f"{path.parent.name}/{path.name}:{node.lineno} imports tests.{parts[1]}")
+    return found
+
+
+def test_no_file_imports_from_a_test_file():
+    folders = [ROOT / "tests", ROOT / "scripts", ROOT / "bench"]
+
+    imports = set().union(*(imported_test_modules(p) for f in folders for p in f.rglob("*.py")))
+
+    listed = "\n".join(sorted(imports))
+    assert not imports, f"move what they share into a module of its own:\n{listed}"
+
+
+def test_an_import_from_a_test_file_is_found(tmp_path):
+    path = tmp_path / "tests" / "test_new.py"
+    path.parent.mkdir()
+    path.write_text("from tests.test_protocol import RESULT\nfrom . import test_engines\n")
+
+    assert imported_test_modules(path) == {
+        "tests/test_new.py:1 imports tests.test_protocol",
+        "tests/test_new.py:2 imports tests.test_engines",
+    }

@@ -2,14 +2,12 @@
 
 import hashlib
 import io
-import shutil
 import zipfile
 
 import numpy as np
 import pytest
 from django.core.files import File
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connections
 
 from deployhub.jobs.actions import claim_job, complete_job
 from deployhub.jobs.models import Job, JobKind
@@ -20,10 +18,9 @@ from deployhub.parity.models import ParityRun
 from deployhub.registry.datasets import IMAGE_SUFFIXES
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
-from tests.conftest import PASSWORD, wait_until
-from tests.test_protocol import call
-from tests.test_registry_api import token_for
-from tests.test_worker_parity import SPEC, pack_bytes, synthetic_images, training_pipeline
+from tests.api_calls import call, token_for
+from tests.conftest import ARTIFACTS, PASSWORD, wait_until
+from tests.parity_packs import SPEC, pack_bytes, synthetic_images, training_pipeline
 from workers import parity as worker_parity
 from workers.parity import check_parity
 
@@ -356,29 +353,12 @@ def test_a_real_worker_finds_channels_swapped(
     assert "training fed BGR" in job.log
 
 
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    from tests.test_e2e_browser import CHROMIUM_ARGS
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS
-        )
-        yield browser
-        connections.close_all()  # ORM calls made while Playwright's loop ran
-        browser.close()
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_a_user_checks_parity_in_the_browser(
     live_server, browser, tmp_path, alice, spec_version, make_device, start_worker
 ):
     from playwright.sync_api import expect
-
-    from tests.test_e2e_browser import ARTIFACTS
 
     device, token = make_device()
     start_worker(device, token)

@@ -3,7 +3,7 @@
 import copy
 
 from deployhub.engines.preflight import preflight
-from tests.test_engines import FINGERPRINT
+from tests.compile_jobs import FINGERPRINT
 
 
 def verdicts(version, device_class, backends, precision="fp32"):

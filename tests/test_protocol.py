@@ -1,13 +1,13 @@
 """The job protocol as a device sees it: claim, heartbeat, complete, artifacts, inputs."""
 
 import hashlib
-import json
 
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.jobs.actions import cancel_job, submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
+from tests.api_calls import call
 from tests.io_models import BOOL, FLOAT, INT64, io_version
 
 RESULT = {
@@ -32,15 +32,6 @@ RESULT = {
     "rss_growth_mb": 3.0,
     "fingerprint": {"cpu": {"model": "Test CPU"}},
 }
-
-
-def call(client, token, path, body=None, method="post"):
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-    if method == "get":
-        return client.get(f"/api/v1/{path}", **headers)
-    return client.post(
-        f"/api/v1/{path}", json.dumps(body or {}), content_type="application/json", **headers
-    )
 
 
 def test_it_refuses_calls_without_a_token(client, job):

@@ -5,18 +5,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.registry.models import Model, ModelVersion
 from deployhub.teams.models import ApiToken
-from tests.conftest import ASSETS
-
-
-def token_for(user):
-    record = ApiToken(user=user, name="test")
-    token = record.issue()
-    record.save()
-    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
-
-
-def onnx_upload(name="digits_cnn_v2.onnx"):
-    return SimpleUploadedFile(name, (ASSETS / name).read_bytes())
+from tests.api_calls import onnx_upload, token_for
 
 
 def test_it_refuses_the_api_without_a_token(client, alice):

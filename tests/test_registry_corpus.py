@@ -5,8 +5,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.registry.models import Dataset, Model, ModelVersion
 from tests import registry_corpus as corpus
+from tests.api_calls import token_for
 from tests.conftest import PASSWORD
-from tests.test_registry_api import token_for
 
 
 def files_under(root):

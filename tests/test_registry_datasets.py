@@ -8,10 +8,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.registry.models import Dataset
 from deployhub.registry.uploads import create_version
+from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD
 from tests.io_models import BOOL, FLOAT, INT64, io_version
-from tests.test_registry_api import token_for
-from tests.test_registry_versions import DEMO_SPEC
+from tests.parity_packs import SPEC
 
 
 def post_dataset(client, user, version, name, filename, data, kind="validation"):
@@ -82,7 +82,7 @@ def test_an_image_zip_becomes_the_tensors_the_training_pipeline_fed(
     model = Model.objects.create(team=demo_team, name="digits")
     with open(model_file, "rb") as handle:
         version = create_version(
-            model, SimpleUploadedFile("d.onnx", handle.read()), alice, preprocessing=DEMO_SPEC
+            model, SimpleUploadedFile("d.onnx", handle.read()), alice, preprocessing=SPEC
         )
     data, samples = image_zip()
     client.login(username="alice", password=PASSWORD)

@@ -5,16 +5,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.registry.models import ModelVersion
 from tests.conftest import ASSETS, PASSWORD
-
-DEMO_SPEC = {
-    "resize": {"height": 32, "width": 32, "interpolation": "bilinear"},
-    "color_order": "RGB",
-    "scale": 1 / 255,
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-    "layout": "NCHW",
-    "dtype": "float32",
-}
+from tests.parity_packs import SPEC
 
 
 def test_a_stored_version_cannot_change_except_notes_and_tags(version):
@@ -37,7 +28,7 @@ def test_it_edits_notes_and_tags_from_the_page(client, alice, version):
 
 def test_a_new_spec_makes_a_child_version_of_the_same_file(client, alice, version):
     client.login(username="alice", password=PASSWORD)
-    spec = {**DEMO_SPEC, "color_order": "BGR"}
+    spec = {**SPEC, "color_order": "BGR"}
     response = client.post(
         f"/versions/{version.pk}/derive",
         {
@@ -72,7 +63,7 @@ def test_the_version_page_shows_validation_contract_and_spec_code(
     model = Model.objects.create(team=demo_team, name="m")
     with open(model_file, "rb") as handle:
         version = create_version(
-            model, SimpleUploadedFile("m.onnx", handle.read()), alice, preprocessing=DEMO_SPEC
+            model, SimpleUploadedFile("m.onnx", handle.read()), alice, preprocessing=SPEC
         )
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()

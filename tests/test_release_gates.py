@@ -7,9 +7,9 @@ from deployhub.engines.gates import gates_open, release_gates
 from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun
 from deployhub.registry.models import GoldenRun, GoldenSet
+from tests.auto_builds import engine_of, job_of
 from tests.benchmark_results import LATENCY, result
 from tests.conftest import PASSWORD
-from tests.test_auto_rank import engine_of, job
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def passed_parity(engine, passed=True):
     version = engine.model_version
     ParityRun.objects.create(
         model_version=version,
-        job=job(version, engine.device_class, JobKind.PARITY, None),
+        job=job_of(version, engine.device_class, JobKind.PARITY, None),
         file="parity/pack.zip",
         sha256="0" * 64,
         size=1,
@@ -43,7 +43,7 @@ def passed_parity(engine, passed=True):
 
 def evaluated(engine, agreement):
     AccuracyRun.objects.create(
-        job=job(engine.model_version, engine.device_class, JobKind.EVALUATE, engine),
+        job=job_of(engine.model_version, engine.device_class, JobKind.EVALUATE, engine),
         engine=engine,
         samples=300,
         top1_agreement=agreement,
@@ -57,7 +57,7 @@ def evaluated(engine, agreement):
 def benchmarked(engine, p99):
     body = result(latency_ms={**LATENCY, "p50": p99 / 2, "p99": p99})
     BenchmarkRun.record(
-        job(engine.model_version, engine.device_class, JobKind.BENCHMARK, engine), body
+        job_of(engine.model_version, engine.device_class, JobKind.BENCHMARK, engine), body
     )
 
 
@@ -113,7 +113,7 @@ def test_golden_pairs_must_all_be_checked_and_reproduced(engine):
     assert statuses(engine)["golden"] == "missing"
 
     GoldenRun.objects.create(
-        job=job(version, engine.device_class, JobKind.EVALUATE, engine), engine=engine,
+        job=job_of(version, engine.device_class, JobKind.EVALUATE, engine), engine=engine,
         golden_set=golden, passed=False, pairs=1, atol=1e-4, rtol=1e-3,
         outputs=[{"name": "logits", "passed": False}],
     )  # fmt: skip

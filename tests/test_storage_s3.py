@@ -8,8 +8,8 @@ import pytest
 from moto import mock_aws
 
 from deployhub.engines.models import Engine
-from tests.test_engines import CONFIG, ENGINE_BYTES, FINGERPRINT, api, build, compile_
-from tests.test_registry_api import onnx_upload, token_for
+from tests.api_calls import call, onnx_upload, token_for
+from tests.compile_jobs import CONFIG, ENGINE_BYTES, FINGERPRINT, build, compile_
 
 BUCKET = "deployhub-test"
 
@@ -50,12 +50,12 @@ def test_uploads_and_engines_live_in_the_bucket(
 
     version = ModelVersion.objects.get()
     device, token = make_device("a")
-    api(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
+    call(client, token, "device/heartbeat", {"fingerprint": FINGERPRINT})
     _, job = compile_(version, device_class, alice)
     assert build(client, job, token).status_code == 200
     engine = Engine.objects.get()
     assert engine.file.name in keys(s3_double)
-    served = api(client, token, f"engines/{engine.pk}/download", method="get")
+    served = call(client, token, f"engines/{engine.pk}/download", method="get")
     assert b"".join(served.streaming_content) == ENGINE_BYTES
     assert hashlib.sha256(ENGINE_BYTES).hexdigest() == engine.sha256
     assert engine.build_config == {**CONFIG, "precision": "fp32"}  # stored canonical

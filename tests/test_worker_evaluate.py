@@ -1,20 +1,11 @@
 """The evaluate job's comparison of an engine with its FP32 source (real ONNX Runtime)."""
 
 import numpy as np
-import onnxruntime
 import pytest
 
-from tests.conftest import ASSETS
+from tests.evaluation_inputs import MODEL, VALIDATION, session_runner
 from workers.errors import JobError
 from workers.evaluate import evaluate
-
-MODEL = ASSETS / "digits_cnn_v2.onnx"
-VALIDATION = ASSETS / "validation.npz"
-
-
-def session_runner(path):
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return lambda feeds: session.run(None, feeds)
 
 
 def test_the_source_against_itself_agrees_exactly():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ASSETS
-from tests.test_worker_evaluate import MODEL, VALIDATION, session_runner
+from tests.evaluation_inputs import MODEL, VALIDATION, session_runner
 from workers import evaluate as evaluate_module
 from workers.errors import JobError
 from workers.evaluate import METRICS, evaluate, register_metric, task_of
