@@ -15,7 +15,7 @@ TEST_PY := $(TEST_VENV)/bin/python
 EXTRAS_run := web,worker,openvino
 EXTRAS_test := web,worker,openvino,torch,dev
 
-.PHONY: run test bench bench-gpu conformance lint format demo-assets clean
+.PHONY: run test test-fast bench bench-gpu conformance lint format demo-assets clean
 
 $(VENV)/.installed-run: pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(VENV) $(EXTRAS_run) $@
@@ -38,6 +38,13 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
 	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile
+
+# The tests that need no service: tests/conftest.py marks the others `services` (the database,
+# the broker, a live server, worker processes, Chromium). The database and the broker point at
+# a closed port here, so a test that reaches one without the mark fails instead of passing.
+test-fast: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
+	DATABASE_URL=postgres://postgres@127.0.0.1:9/none CELERY_BROKER_URL=redis://127.0.0.1:9/0 \
+	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile -m "not services"
 
 # Its device worker runs in make run's environment, as users get it; torch (eager rows) in .venv-test.
 bench: $(VENV)/.installed-run $(TEST_VENV)/.installed-test

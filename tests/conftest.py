@@ -33,10 +33,39 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 # Files that run longest, started first: under pytest-xdist the other process takes the rest.
 LONGEST_FIRST = ("test_conformance.py",)
+# Fixtures that reach a service (PostgreSQL, Redis, a live server, worker processes, Chromium).
+# A test needs services when it uses one, even through another fixture (alice needs db).
+SERVICE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_setup",
+    "live_server",
+    "broker",
+    "start_worker",
+    "browser",
+}
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "services: needs PostgreSQL, Redis, a live server, workers or Chromium (set in "
+        "tests/conftest.py from fixtures and marks; make test-fast runs the rest)",
+    )
+
+
+def needs_services(item):
+    """Tell whether a test needs a service: by its django_db or e2e mark, or a fixture it uses."""
+    marked = item.get_closest_marker("django_db") or item.get_closest_marker("e2e")
+    return bool(marked) or not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the mark
 def pytest_collection_modifyitems(items):
-    """Put the longest files first, keeping the order within each."""
+    """Mark the tests that need services; put the longest files first, each in its own order."""
+    for item in items:
+        if needs_services(item):
+            item.add_marker(pytest.mark.services)
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
 
 
@@ -50,8 +79,13 @@ def quick_password_hashing():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def empty_test_broker():
-    """Start from an empty broker database: a message left by an earlier run is not ours."""
+def empty_test_broker(request):
+    """Start from an empty broker database: a message left by an earlier run is not ours.
+
+    A run of tests that need no services (make test-fast) leaves Redis alone.
+    """
+    if not any(item.get_closest_marker("services") for item in request.session.items):
+        return
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_connect_timeout=3)
     try:
         client.flushdb()
