@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     "deployhub.registry",
     "deployhub.devices",
     "deployhub.jobs",
+    "deployhub.conversions",
+    "deployhub.evaluation",
     "deployhub.benchmarks",
     "deployhub.engines",
     "deployhub.parity",

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from deployhub import views
 from deployhub.benchmarks import views as benchmark_views
+from deployhub.conversions import views as conversion_views
 from deployhub.demo import views as demo_views
 from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
@@ -40,12 +41,14 @@ urlpatterns = [
     path("models/<int:pk>/report.html", benchmark_views.model_report, name="model_report"),
     path("models/samples/resnet18", demo_views.add_resnet18_sample, name="add_resnet18_sample"),
     path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
-    path("versions/<int:pk>/results", registry_views.version_results, name="version_results"),
-    path("versions/<int:pk>/benchmark", registry_views.version_benchmark, name="version_benchmark"),
+    path("versions/<int:pk>/results", benchmark_views.version_results, name="version_results"),
+    path(
+        "versions/<int:pk>/benchmark", benchmark_views.version_benchmark, name="version_benchmark"
+    ),
     path("versions/<int:pk>/derive", registry_views.version_derive, name="version_derive"),
     path("versions/<int:pk>/notes", registry_views.version_notes, name="version_notes"),
-    path("versions/<int:pk>/export", registry_views.version_export, name="version_export"),
-    path("versions/<int:pk>/convert", registry_views.version_convert, name="version_convert"),
+    path("versions/<int:pk>/export", conversion_views.version_export, name="version_export"),
+    path("versions/<int:pk>/convert", conversion_views.version_convert, name="version_convert"),
     path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),
     path("versions/<int:pk>/golden", registry_views.version_golden, name="version_golden"),
     path("versions/<int:pk>/parity", parity_views.version_parity, name="version_parity"),

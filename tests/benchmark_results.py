@@ -2,7 +2,8 @@
 
 import copy
 
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.evaluation.models import AccuracyRun
 from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.uploads import derive_version
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from django.core.files import File
 from django.db.models import Max
 
+from deployhub.conversions.actions import submit_convert
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun, AutoRunState
 from deployhub.engines.preflight import preflight_grid
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.datasets import DatasetError
-from deployhub.registry.exports import submit_convert
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model, ModelVersion
 from deployhub.registry.uploads import create_dataset, create_version

@@ -10,8 +10,9 @@ from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.actions import compared_engines
 from deployhub.engines.models import AutoBuild, AutoRun
+from deployhub.evaluation.models import GoldenRun
 from deployhub.jobs.models import JobKind
-from deployhub.registry.models import GoldenRun, GoldenSet
+from deployhub.registry.models import GoldenSet
 from tests.api_calls import call
 from tests.auto_builds import (
     LONG_ERROR,

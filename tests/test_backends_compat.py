@@ -11,7 +11,7 @@ import onnxruntime
 import pytest
 
 from workers import fingerprint as fingerprints
-from workers.backends import registry
+from workers.backends import known
 from workers.backends.base import (
     canonical,
     compat_key,
@@ -19,8 +19,8 @@ from workers.backends.base import (
     differences,
     digest,
 )
+from workers.backends.known import BACKENDS, MissingRuntime, UnknownBackend
 from workers.backends.onnxruntime import OnnxRuntimeBackend
-from workers.backends.registry import BACKENDS, MissingRuntime, UnknownBackend
 from workers.errors import JobError
 from workers.selftest import write_tiny_model
 
@@ -336,29 +336,29 @@ def test_it_refuses_a_second_backend_with_a_taken_name():
         pass
 
     with pytest.raises(ValueError, match="'onnxruntime' is registered already"):
-        registry.register(AnotherOnnxRuntime)
+        known.register(AnotherOnnxRuntime)
     assert BACKENDS["onnxruntime"] is OnnxRuntimeBackend
 
 
 def test_it_knows_every_backend_and_runs_onnxruntime_here():
     assert set(BACKENDS) == {"onnxruntime", "tensorrt", "openvino", "torch-aoti"}
-    assert "onnxruntime" in registry.runnable()
-    assert registry.require("onnxruntime") is OnnxRuntimeBackend
-    assert registry.get("tensorrt").extra == "tensorrt"
+    assert "onnxruntime" in known.runnable()
+    assert known.require("onnxruntime") is OnnxRuntimeBackend
+    assert known.get("tensorrt").extra == "tensorrt"
 
 
-@pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
+@pytest.mark.skipif(known.get("tensorrt").available(), reason="TensorRT is installed here")
 def test_it_names_the_extra_to_install_for_a_missing_runtime():
-    assert "tensorrt" not in registry.runnable()
+    assert "tensorrt" not in known.runnable()
 
     with pytest.raises(MissingRuntime, match=r"install deployhub\[tensorrt\]") as raised:
-        registry.require("tensorrt")
+        known.require("tensorrt")
     assert isinstance(raised.value, JobError)
 
 
 def test_it_refuses_an_unknown_backend_by_name():
     with pytest.raises(UnknownBackend, match="'tflite'"):
-        registry.require("tflite")
+        known.require("tflite")
 
 
 def test_it_refuses_build_configs_a_backend_cannot_build():
@@ -383,7 +383,7 @@ class NoRuntimes:
 
 sys.meta_path.insert(0, NoRuntimes())
 from workers.backends.base import compat_key, differences
-from workers.backends.registry import BACKENDS, runnable
+from workers.backends.known import BACKENDS, runnable
 from workers.fingerprint import diff
 fingerprint = {fingerprint!r}
 for name, backend in BACKENDS.items():
@@ -411,7 +411,7 @@ def test_it_computes_keys_and_diffs_where_no_runtime_is_installed():
 
 def test_it_imports_no_runtime_when_the_worker_modules_load():
     code = (
-        "import sys, workers.cli, workers.app, workers.runner, workers.backends.registry; "
+        "import sys, workers.cli, workers.app, workers.runner, workers.backends.known; "
         "print(sorted(m for m in ('torch', 'tensorrt', 'openvino', 'onnxruntime') "
         "if m in sys.modules))"
     )

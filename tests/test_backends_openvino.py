@@ -19,8 +19,8 @@ from tests.foreign_models import (
     old_opset_model,
     sample_input,
 )
+from workers.backends import known
 from workers.backends import openvino as openvino_backend
-from workers.backends import registry
 from workers.backends.openvino import OpenVinoBackend
 from workers.errors import JobError
 
@@ -244,13 +244,13 @@ def test_it_keys_the_default_build_on_the_cpu_because_it_exports_a_blob():
 
 
 def test_it_runs_here_where_openvino_is_installed():
-    assert registry.require("openvino") is OpenVinoBackend
-    assert "openvino" in registry.runnable()
+    assert known.require("openvino") is OpenVinoBackend
+    assert "openvino" in known.runnable()
 
 
 def test_it_sends_no_telemetry_and_writes_nothing_home(tmp_path):
     code = (
-        "import workers.backends.registry, openvino, nncf\n"
+        "import workers.backends.known, openvino, nncf\n"
         "from nncf.telemetry.wrapper import telemetry\n"
         f"openvino.convert_model({str(SOURCE)!r})\n"
         "print(type(telemetry).__name__)\n"

@@ -17,7 +17,7 @@ import pytest
 from workers.backends import tensorrt as trt_backend
 from workers.backends import tensorrt_plan as plan
 from workers.backends.base import compat_key
-from workers.backends.registry import MissingRuntime
+from workers.backends.known import MissingRuntime
 from workers.backends.tensorrt import TensorRTBackend
 from workers.errors import JobError
 from workers.selftest import TINY_CONTRACT, write_tiny_model

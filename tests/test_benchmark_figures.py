@@ -12,8 +12,8 @@ import json
 import pytest
 
 from deployhub.benchmarks.charts import accuracy_latency_figure
-from deployhub.benchmarks.models import AccuracyRun
 from deployhub.devices.models import ServingPattern
+from deployhub.evaluation.models import AccuracyRun
 from deployhub.jobs.models import Job, JobKind
 from tests.benchmark_results import LATENCY, record_run, result
 from tests.conftest import PASSWORD, stored_engine

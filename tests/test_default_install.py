@@ -26,7 +26,7 @@ from deployhub.jobs.models import Job
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 from tests.conftest import ROOT, wait_until
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Runtimes that belong on GPU machines only: make run's install must not carry them.

@@ -342,7 +342,7 @@ def test_it_stores_an_engine_under_its_build_config_with_every_default_spelt_out
     ],
 )
 def test_it_spells_one_build_one_way_for_every_backend(backend, one, other):
-    from workers.backends.registry import BACKENDS
+    from workers.backends.known import BACKENDS
 
     canonical = BACKENDS[backend].canonical_config(one)
 

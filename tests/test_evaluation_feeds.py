@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from deployhub.benchmarks.models import AccuracyRun
-from deployhub.engines.actions import request_evaluation
+from deployhub.evaluation.actions import request_evaluation
+from deployhub.evaluation.models import AccuracyRun
 from deployhub.jobs.models import JobState
 from deployhub.registry.uploads import create_dataset
 from tests.conftest import stored_engine

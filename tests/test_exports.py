@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from deployhub.benchmarks.models import AccuracyRun
+from deployhub.evaluation.models import AccuracyRun
 from deployhub.jobs.models import Job, JobKind
 from tests.api_calls import token_for
 from tests.benchmark_results import SERVER_BLOCK, SWEEP, record_run, result

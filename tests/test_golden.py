@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from deployhub.benchmarks.models import AccuracyRun
-from deployhub.engines.actions import request_compile, request_evaluation
+from deployhub.engines.actions import request_compile
 from deployhub.engines.models import AutoBuild, AutoRun, Engine
+from deployhub.evaluation.actions import request_evaluation
+from deployhub.evaluation.models import AccuracyRun, GoldenRun
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import Job, JobKind
 from deployhub.registry.golden import create_golden_set
-from deployhub.registry.models import GoldenRun, GoldenSet, Model
+from deployhub.registry.models import GoldenSet, Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Event
 from tests.api_calls import call, token_for
@@ -320,14 +321,14 @@ def test_a_golden_result_that_does_not_fit_the_set_fails_the_job(
 def test_an_evaluation_needs_a_dataset_or_a_golden_set_of_its_own_version(
     client, alice, linear, device_class
 ):
-    from deployhub.engines.actions import BuildRefused
+    from deployhub.evaluation.actions import EvaluationRefused
 
     engine = make_engine(linear, device_class)
-    with pytest.raises(BuildRefused, match="Choose a dataset, a golden set or both"):
+    with pytest.raises(EvaluationRefused, match="Choose a dataset, a golden set or both"):
         request_evaluation(engine, alice)
     next_version = upload_version(linear.model, linear_model(WRONG_BIAS), alice, "v2.onnx")
     other = attach(next_version, alice)
-    with pytest.raises(BuildRefused, match="belongs to another version"):
+    with pytest.raises(EvaluationRefused, match="belongs to another version"):
         request_evaluation(engine, alice, golden_set=other)
     client.login(username="alice", password=PASSWORD)
     response = client.post(f"/engines/{engine.pk}/evaluate", {"max_samples": 10})

@@ -2,11 +2,13 @@
 
 import pytest
 
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
-from deployhub.engines.gates import gates_open, release_gates
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.engines.gates import release_gates
+from deployhub.evaluation.models import AccuracyRun, GoldenRun
+from deployhub.gates import gates_open
 from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun
-from deployhub.registry.models import GoldenRun, GoldenSet
+from deployhub.registry.models import GoldenSet
 from tests.auto_builds import engine_of, job_of
 from tests.benchmark_results import LATENCY, result
 from tests.conftest import PASSWORD

@@ -10,7 +10,7 @@ from deployhub.registry.uploads import create_dataset
 from tests.conftest import ASSETS
 from tests.toy_backend import ToyBackend
 from workers import fingerprint, selftest
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 
 
 @pytest.fixture

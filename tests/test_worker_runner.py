@@ -27,7 +27,7 @@ from tests.feeds_models import (
     two_in_two_out,
 )
 from workers import kinds, runner
-from workers.backends import registry
+from workers.backends import known
 from workers.backends.base import compat_key, digest
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.client import HubClient
@@ -552,7 +552,7 @@ def test_it_zips_an_engine_whose_model_has_external_data(start_hub, tmp_path):
     )
 
 
-@pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
+@pytest.mark.skipif(known.get("tensorrt").available(), reason="TensorRT is installed here")
 def test_it_fails_a_compile_for_a_missing_runtime_at_once(start_hub, tiny_model):
     job = make_job(
         kinds.COMPILE,
@@ -761,7 +761,7 @@ def test_it_will_not_load_an_engine_without_the_hubs_public_key(start_hub, tiny_
     assert hub.bodies("engine_download") == []
 
 
-@pytest.mark.skipif(registry.get("tensorrt").available(), reason="TensorRT is installed here")
+@pytest.mark.skipif(known.get("tensorrt").available(), reason="TensorRT is installed here")
 def test_it_fails_a_benchmark_of_an_engine_whose_runtime_it_lacks(start_hub, hub_key):
     hub = start_hub(engine_benchmark(b"plan", hub_key, backend="tensorrt", build_config={}))
     hub.engines[ENGINE_ID] = b"plan"

@@ -10,7 +10,7 @@ import pytest
 
 from workers import selftest
 from workers.backends.base import Backend, CompileResult
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 from workers.backends.tensorrt import TensorRTBackend
 from workers.errors import JobError
 
@@ -136,7 +136,7 @@ def test_it_fails_a_backend_whose_output_differs_from_the_reference():
 
     assert result["ok"] is False
     assert result["max_abs_diff"] == pytest.approx(1.0)
-    assert result["tolerance"] == selftest.DEFAULT_TOLERANCE
+    assert result["tolerance"] == OffByOne.selftest_tolerance == 1e-4
 
 
 def test_it_names_the_package_a_backend_lacks():

@@ -11,7 +11,7 @@ import time
 
 from workers import fingerprint, selftest
 from workers.app import CONTEXT, app, configure
-from workers.backends.registry import BACKENDS, UnknownBackend
+from workers.backends.known import BACKENDS, UnknownBackend
 from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
 
 logger = logging.getLogger("workers.cli")

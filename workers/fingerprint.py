@@ -78,7 +78,7 @@ def collect():
 def _other_runtimes(known):
     """Return {runtime: {"version": ...}} of each registered backend's runtime that the fields
     above do not report (a backend added in one file), for preflight to find it."""
-    from workers.backends.registry import BACKENDS
+    from workers.backends.known import BACKENDS
 
     runtimes = {b.runtime for b in BACKENDS.values() if b.runtime not in known}
     found = {name: _installed_version(name, (name,)) for name in sorted(runtimes)}
@@ -380,7 +380,7 @@ def probe_torch_build():
 
 def probe_capabilities():
     """Return, per backend, which builds import what they need (in a child process)."""
-    from workers.backends.registry import BACKENDS
+    from workers.backends.known import BACKENDS
 
     return {name: b.capabilities() for name, b in BACKENDS.items() if b.build_imports}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from workers import fingerprint as fingerprints
 from workers import golden, kinds, side_by_side, signing
-from workers.backends import registry
+from workers.backends import known
 from workers.backends.base import compat_key, digest
 from workers.backends.isolate import CompileFailure, compile_result_from_json, run_isolated
 from workers.backends.onnxruntime import engine_model_path, provider_of
@@ -322,10 +322,16 @@ class JobRun:
         return self.job.get("model_io") or None
 
 
+def _harness_runs(engine):
+    """True when the harness runs this engine in its own ONNX Runtime session (an ONNX file)."""
+    backend = known.BACKENDS.get(engine.get("backend"))
+    return backend is not None and backend.harness_runs_engine
+
+
 def run_benchmark(job_run, inputs):
     """Benchmark the job's model or engine input; return the protocol's benchmark result."""
     engine = job_run.job["inputs"].get(ENGINE_INPUT)
-    if engine is not None and engine.get("backend") != "onnxruntime":
+    if engine is not None and not _harness_runs(engine):
         result = _benchmark_loaded_engine(job_run, inputs, engine)
     else:
         model, params, preoptimized = _benchmark_subject(job_run, inputs)
@@ -348,7 +354,7 @@ class LoadedEngine:
     def __init__(self, backend, handle, input_metas):
         self.backend, self.handle, self.input_metas = backend, handle, input_metas
         # Tells the harness to read the GPU's state (NVML) and device memory around the run.
-        self.on_cuda = backend.name == "tensorrt" or getattr(handle, "device", None) == "cuda"
+        self.on_cuda = backend.needs_gpu or getattr(handle, "device", None) == "cuda"
 
     def run(self, _output_names, feeds):
         return self.backend.infer(self.handle, feeds)
@@ -375,7 +381,7 @@ def load_engine(job_run, inputs, engine, path=None):
         source = onnx_model_path(inputs["model"], job_run.workdir / "source")
         session = onnxruntime.InferenceSession(str(source), providers=["CPUExecutionProvider"])
         metas = session.get_inputs()
-    backend = registry.require(engine["backend"])()
+    backend = known.require(engine["backend"])()
     handle = backend.load(path or inputs[ENGINE_INPUT], engine.get("build_config") or {})
     job_run.log.add(f"{backend.name} engine loaded ({getattr(handle, 'source', 'engine')})")
     return LoadedEngine(backend, handle, metas)
@@ -396,7 +402,7 @@ def check_benchmark(job_run):
     """Refuse, before downloading, an engine this worker cannot run."""
     for name, engine in (job_run.job.get("inputs") or {}).items():
         if is_engine_input(name):
-            registry.require(engine.get("backend"))
+            known.require(engine.get("backend"))
 
 
 def is_engine_input(name):
@@ -437,7 +443,7 @@ def run_compare(job_run, inputs):
 
 def _compared_engine(job_run, inputs, engine, path, params):
     """Load one engine of a compare job as the benchmark harness runs it."""
-    if engine.get("backend") != "onnxruntime":
+    if not _harness_runs(engine):
         return load_engine(job_run, inputs, engine, path)
     provider = provider_of(engine.get("build_config"))
     settings = read_settings({"provider": provider, "seed": params.get("seed")})
@@ -484,7 +490,7 @@ def run_evaluate(job_run, inputs):
 
 def _evaluated_engine(job_run, inputs, engine):
     """Return run(feeds) -> outputs of the job's engine, loaded by its backend."""
-    if engine.get("backend") != "onnxruntime":
+    if not _harness_runs(engine):
         loaded = load_engine(job_run, inputs, engine)
         return lambda feeds: loaded.run(None, feeds)
     import onnxruntime
@@ -538,7 +544,7 @@ def run_compile(job_run, inputs):
     if "model" not in inputs:
         raise JobError("a compile job needs an input named 'model' (the ONNX model)")
     params = job_run.job.get("params") or {}
-    backend = registry.require(params.get("backend"))
+    backend = known.require(params.get("backend"))
     build_config = backend.canonical_config(_build_config(params))
     fingerprint = job_run.current_fingerprint()
     source = onnx_model_path(inputs["model"], job_run.workdir / "model")
@@ -626,7 +632,7 @@ def _isolated(job_run, function, kwargs, progress=None):
 def check_compile(job_run):
     """Refuse, before downloading, a backend this worker cannot run or a config it cannot build."""
     params = job_run.job.get("params") or {}
-    registry.require(params.get("backend")).check_config(_build_config(params))
+    known.require(params.get("backend")).check_config(_build_config(params))
     timeout = params.get("timeout_seconds")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0

@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 
 from workers import fingerprint as fingerprints
-from workers.backends import registry
-from workers.backends.tensorrt_plan import gpu_problems
+from workers.backends import known
 
 TINY_FEATURES = 16
 TINY_BATCH = 2
@@ -34,15 +33,6 @@ TINY_CONTRACT = {
         "x": {"shape": ["batch", TINY_FEATURES], "batch": {"sizes": [1, TINY_BATCH]}, "dynamic": {}}
     }
 }
-# What the tiny model adds to a backend's default build config: TensorRT needs the contract.
-TINY_CONFIGS = {"tensorrt": {"contract": TINY_CONTRACT}}
-# The largest |engine - reference| accepted. FP32 builds match to rounding; TensorRT's
-# default precision is fp16 (11-bit mantissa, outputs of the tiny model up to about 10).
-TOLERANCES = {"tensorrt": 5e-2}
-DEFAULT_TOLERANCE = 1e-4
-INSTALL_NOTES = {"tensorrt": " (needs an NVIDIA GPU and driver)"}
-# What a backend needs of the host beyond its Python package, read from the fingerprint.
-HOST_CHECKS = {"tensorrt": gpu_problems}
 
 
 def write_tiny_model(path, features=TINY_FEATURES):
@@ -68,7 +58,7 @@ def write_tiny_model(path, features=TINY_FEATURES):
 
 def backends_named(names):
     """Return the backend classes asked for (all when none); raise UnknownBackend for a typo."""
-    return [registry.get(name) for name in names or registry.BACKENDS]
+    return [known.get(name) for name in names or known.BACKENDS]
 
 
 def run(backends, fingerprint=None):
@@ -101,13 +91,13 @@ def missing_requirements(backend, fingerprint):
     problem = _import_problem(backend)
     if problem:
         missing.append(problem)
-    check = HOST_CHECKS.get(backend.name)
-    return missing + (check(fingerprint) if check else [])
+    return missing + backend.host_problems(fingerprint)
 
 
 def exercise(backend, workdir):
     """Compile, load and run the tiny model with a backend; compare with the reference."""
-    config = TINY_CONFIGS.get(backend.name, {})
+    # A backend that builds from the contract (TensorRT's profiles) is given the tiny one.
+    config = {"contract": TINY_CONTRACT} if backend.builds_from_contract else {}
     entry = {"ok": False, "build_config": config}
     stage = "compile"
     try:
@@ -128,7 +118,7 @@ def exercise(backend, workdir):
         diff = max_abs_diff(outputs, reference_outputs(model, feeds))
     except Exception as error:  # a selftest reports every failure; it never crashes
         return entry | {"stage": stage, "error": f"{type(error).__name__}: {error}"}
-    tolerance = TOLERANCES.get(backend.name, DEFAULT_TOLERANCE)
+    tolerance = backend.selftest_tolerance
     return entry | {"ok": diff <= tolerance, "max_abs_diff": diff, "tolerance": tolerance}
 
 
@@ -170,8 +160,10 @@ def _import_problem(backend):
     except ModuleNotFoundError as error:
         if error.name != backend.runtime:
             return f"{backend.runtime} is installed but incomplete ({error})"
-        note = INSTALL_NOTES.get(backend.name, "")
-        return f"{backend.runtime} is not installed: pip install deployhub[{backend.extra}]{note}"
+        return (
+            f"{backend.runtime} is not installed: "
+            f"pip install deployhub[{backend.extra}]{backend.install_note}"
+        )
     except Exception as error:  # installed without its native libraries, say
         return (
             f"{backend.runtime} is installed but does not import ({type(error).__name__}: {error})"

@@ -2,16 +2,22 @@
 
 import json
 
-from django.db import IntegrityError, transaction
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, Conflict, json_body, token_required
-from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
+from deployhub.conversions.actions import ConversionRefused, submit_convert, submit_export
+from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.golden import create_golden_set
-from deployhub.registry.models import Model, ModelVersion, VersionFormat
-from deployhub.registry.uploads import DuplicateVersion, create_dataset, create_version
+from deployhub.registry.models import Model, VersionFormat
+from deployhub.registry.uploads import (
+    DuplicateModelName,
+    DuplicateVersion,
+    create_dataset,
+    create_model,
+    create_version,
+)
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 
@@ -72,25 +78,31 @@ def _file(request, what="the model"):
     return request.FILES["file"]
 
 
+def _version_fields(request):
+    return {
+        "notes": request.POST.get("notes", ""),
+        "preprocessing": _json_field(request, "preprocessing"),
+        "contract": _json_field(request, "contract"),
+    }
+
+
 def _upload(request, model):
     try:
-        version = create_version(
-            model,
-            _file(request),
-            request.user,
-            notes=request.POST.get("notes", ""),
-            preprocessing=_json_field(request, "preprocessing"),
-            contract=_json_field(request, "contract"),
-        )
+        version = create_version(model, _file(request), request.user, **_version_fields(request))
     except DuplicateVersion as exc:
         raise Conflict(str(exc), existing=version_json(exc.version)) from exc
-    if version.format == VersionFormat.PT2:
-        slug = request.POST.get("export_on")
-        device_class = model.team.device_classes.filter(slug=slug).first() if slug else None
-        device_class = device_class or model.team.device_classes.first()
-        if device_class is not None:
-            submit_export(version, device_class, request.user)
+    _export_pt2(request, version)
     return version
+
+
+def _export_pt2(request, version):
+    """Queue a .pt2's export on the class named by 'export_on' (or the team's first)."""
+    if version.format != VersionFormat.PT2:
+        return
+    team, slug = version.team, request.POST.get("export_on")
+    device_class = team.device_classes.filter(slug=slug).first() if slug else None
+    if device_class := device_class or team.device_classes.first():
+        submit_export(version, device_class, request.user)
 
 
 def _team(request):
@@ -115,30 +127,31 @@ def models(request):
     if not name:
         raise BadInput("A model needs a 'name'.")
     try:
-        with transaction.atomic():
-            model = Model.objects.create(
-                team=team,
-                name=name,
-                created_by=request.user,
-                description=request.POST.get("description", ""),
-            )
-            version = _upload(request, model)
-    except IntegrityError as exc:
-        raise BadInput(f"{team} already has a model named {name!r}.") from exc
+        model, version = create_model(
+            team,
+            request.user,
+            name=name,
+            description=request.POST.get("description", ""),
+            uploaded_file=_file(request),
+            **_version_fields(request),
+        )
+    except DuplicateModelName as exc:
+        raise BadInput(str(exc)) from exc
+    _export_pt2(request, version)
     return JsonResponse({**model_json(model), "version": version_json(version)}, status=201)
 
 
 @require_http_methods(["GET"])
 @token_required
 def model_detail(request, pk):
-    model = get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
+    model = get_model_for_user(request, pk)
     return JsonResponse(model_json(model, versions=True))
 
 
 @require_http_methods(["POST"])
 @token_required
 def model_versions(request, pk):
-    model = get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
+    model = get_model_for_user(request, pk)
     require_role(request.user, model.team, Role.ENGINEER)
     return JsonResponse(version_json(_upload(request, model)), status=201)
 
@@ -146,14 +159,14 @@ def model_versions(request, pk):
 @require_http_methods(["GET"])
 @token_required
 def version_detail(request, pk):
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     return JsonResponse(version_json(version))
 
 
 @require_http_methods(["POST"])
 @token_required
 def version_datasets(request, pk):
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     kind, name = request.POST.get("kind", ""), request.POST.get("name", "").strip()
     if kind not in ("calibration", "validation") or not name:
@@ -205,7 +218,7 @@ def golden_json(golden):
 @token_required
 def version_golden(request, pk):
     """List a version's golden sets, or attach one (multipart: name, file, atol, rtol)."""
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     if request.method == "GET":
         return JsonResponse({"golden_sets": [golden_json(g) for g in version.golden_sets.all()]})
     require_role(request.user, version.team, Role.ENGINEER)
@@ -224,7 +237,7 @@ def version_golden(request, pk):
 @token_required
 def version_convert(request, pk):
     """Queue the conversion of an ONNX version to {"opset": N} (17 by default): 202 and the job."""
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     body = json_body(request)
     slug = body.get("device_class")

@@ -5,15 +5,16 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, json_body, token_required
+from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import set_draining
-from deployhub.devices.models import Device
+from deployhub.engines.access import get_engine_for_user
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
-from deployhub.registry.models import ModelVersion
-from deployhub.teams.access import require_role, teams_of
+from deployhub.registry.access import get_version_for_user
+from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
-from workers.backends.registry import DEFAULT_BACKEND
+from workers.backends.known import DEFAULT_BACKEND
 
 
 def device_json(device, changes=False):
@@ -68,7 +69,7 @@ def _compile_answer(engine, job):
 @require_http_methods(["GET"])
 @token_required
 def device_detail(request, pk):
-    device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
+    device = get_device_for_user(request, pk)
     return JsonResponse(device_json(device, changes=True))
 
 
@@ -76,7 +77,7 @@ def device_detail(request, pk):
 @token_required
 def device_drain(request, pk):
     """Body {"draining": true|false}: stop or resume giving the device new jobs."""
-    device = get_object_or_404(Device, pk=pk, device_class__team__in=teams_of(request.user))
+    device = get_device_for_user(request, pk)
     set_draining(device, json_body(request).get("draining", True), request.user)
     return JsonResponse(device_json(device))
 
@@ -85,7 +86,7 @@ def device_drain(request, pk):
 @token_required
 def version_engines(request, pk):
     """GET: the version's engines. POST {"device_class", "backend", "build_config"}: compile."""
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     if request.method == "GET":
         return JsonResponse(
             {"engines": [engine_json(e) for e in Engine.objects.for_version(version)]}
@@ -110,7 +111,7 @@ def version_engines(request, pk):
 @require_http_methods(["GET"])
 @token_required
 def engine_detail(request, pk):
-    engine = get_object_or_404(Engine, pk=pk, device_class__team__in=teams_of(request.user))
+    engine = get_engine_for_user(request, pk)
     body = engine_json(engine)
     body["devices"] = [
         {"device": device.name, "runs": runs, "reason": reason}
@@ -123,6 +124,6 @@ def engine_detail(request, pk):
 @require_http_methods(["POST"])
 @token_required
 def engine_rebuild(request, pk):
-    engine = get_object_or_404(Engine, pk=pk, device_class__team__in=teams_of(request.user))
+    engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
     return _compile_answer(*rebuild(engine, request.user))

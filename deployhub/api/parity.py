@@ -1,15 +1,14 @@
 """API v1 for people and scripts: parity checks of a version, with personal tokens."""
 
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, token_required
 from deployhub.parity.actions import no_worker_warning, submit_parity
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun
-from deployhub.registry.models import ModelVersion
-from deployhub.teams.access import require_role, teams_of
+from deployhub.registry.access import get_version_for_user
+from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.parity import PackError, pack_format
 
@@ -61,7 +60,7 @@ def _pack(request):
 @require_http_methods(["GET", "POST"])
 @token_required
 def version_parity(request, pk):
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     if request.method == "GET":
         runs = ParityRun.objects.for_version(version)
         body = {"gate": parity_gate(version).as_json(), "runs": [run_json(r) for r in runs]}

@@ -16,7 +16,7 @@ from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
 from deployhub.jobs.models import Job, JobKind
-from deployhub.registry.models import ModelVersion
+from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 
@@ -36,7 +36,7 @@ def _time(value):
 @token_required
 def version_auto(request, pk):
     """Body {"device_class": "<slug>"}: start auto mode on the version; 202 with the run."""
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     device_class = _device_class_of(version, json_body(request))
     try:

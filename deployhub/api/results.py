@@ -1,7 +1,6 @@
 """API v1 for people and scripts: queue benchmarks, read results, export a model's results."""
 
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, json_body, token_required
@@ -11,9 +10,9 @@ from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun, flag_int8_slowdowns
 from deployhub.benchmarks.reports import model_report as build_report
 from deployhub.benchmarks.views import attachment
-from deployhub.engines.models import Engine
-from deployhub.registry.models import Model, ModelVersion
-from deployhub.teams.access import require_role, teams_of
+from deployhub.engines.access import get_engine_for_user
+from deployhub.registry.access import get_model_for_user, get_version_for_user
+from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 
 
@@ -56,7 +55,7 @@ def _runs(runs):
 @token_required
 def version_benchmarks(request, pk):
     """GET: the version's benchmark runs. POST {"device_class", params...}: queue one."""
-    version = get_object_or_404(ModelVersion, pk=pk, model__team__in=teams_of(request.user))
+    version = get_version_for_user(request, pk)
     if request.method == "GET":
         return _runs(BenchmarkRun.objects.for_version(version))
     return _submitted(request, _form(request, version), version)
@@ -66,7 +65,7 @@ def version_benchmarks(request, pk):
 @token_required
 def engine_benchmarks(request, pk):
     """GET: the engine's benchmark runs. POST {params...}: queue one on its device class."""
-    engine = get_object_or_404(Engine, pk=pk, device_class__team__in=teams_of(request.user))
+    engine = get_engine_for_user(request, pk)
     version = engine.model_version
     if request.method == "GET":
         runs = engine.benchmarks.select_related(
@@ -78,7 +77,7 @@ def engine_benchmarks(request, pk):
 
 
 def _model(request, pk):
-    return get_object_or_404(Model, pk=pk, team__in=teams_of(request.user))
+    return get_model_for_user(request, pk)
 
 
 @require_http_methods(["GET"])

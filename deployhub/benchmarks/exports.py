@@ -3,7 +3,8 @@
 import csv
 import io
 
-from deployhub.benchmarks.models import PERCENTILES, AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun
+from deployhub.evaluation.models import AccuracyRun
 
 # The run's own fields copied into a row as they are, in two runs of columns.
 CONDITIONS = [

@@ -64,8 +64,11 @@ class Stability(ChoiceSet):
 
 
 @dataclass(frozen=True)
-class Gate:
-    """A verdict and the sentence that explains it."""
+class Verdict:
+    """A run's verdict against its class's budget, and the sentence that explains it.
+
+    The performance release gate (deployhub/engines/gates.py) states it as a Gate.
+    """
 
     verdict: str
     reason: str
@@ -468,12 +471,12 @@ class BenchmarkRun(models.Model):
     def _unstable(self, gate, device_class):
         reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
         if gate.verdict == GateVerdict.MEETS and self._wide_margin(device_class):
-            return Gate(
+            return Verdict(
                 GateVerdict.MEETS,
                 f"{gate.reason} The measurement is unstable ({reasons}), but the margin is "
                 f"{WIDE_MARGIN:g}x or more: noise of that size cannot turn the verdict.",
             )
-        return Gate(
+        return Verdict(
             GateVerdict.UNSTABLE,
             f"The measurement is unstable ({reasons}): measure again before trusting it.",
         )
@@ -489,7 +492,7 @@ class BenchmarkRun(models.Model):
     def _realtime_gate(self, device_class):
         budget = device_class.frame_budget_ms
         if self.scenario == Scenario.OFFLINE:
-            return Gate(
+            return Verdict(
                 GateVerdict.UNKNOWN,
                 "An Offline run measures throughput only; a real-time class is judged on the "
                 "p99 of a SingleStream or Server run.",
@@ -497,11 +500,11 @@ class BenchmarkRun(models.Model):
         p99, which = self.gate_p99_ms, "Server p99" if self.scenario == Scenario.SERVER else "p99"
         fps = f"{1000.0 / budget:.0f} fps"
         if p99 <= budget:
-            return Gate(
+            return Verdict(
                 GateVerdict.MEETS,
                 f"{which} {p99:.2f} ms is within the {budget:g} ms frame budget ({fps}).",
             )
-        return Gate(
+        return Verdict(
             GateVerdict.MISSES,
             f"{which} {p99:.2f} ms is over the {budget:g} ms frame budget ({fps}): "
             f"{1000.0 / p99:.0f} fps at p99.",
@@ -510,7 +513,7 @@ class BenchmarkRun(models.Model):
     def _batch_gate(self, device_class):
         target, ceiling = device_class.throughput_target_ips, device_class.batch_latency_ceiling_ms
         if not target:
-            return Gate(
+            return Verdict(
                 GateVerdict.UNKNOWN,
                 "The class is a batch class without a throughput target: set one to judge runs.",
             )
@@ -523,10 +526,10 @@ class BenchmarkRun(models.Model):
         if misses:
             sentence = "; ".join(misses)
             sentence = f"{sentence[0].upper()}{sentence[1:]} (batch {self.batch_size})."
-            return Gate(GateVerdict.MISSES, sentence)
+            return Verdict(GateVerdict.MISSES, sentence)
         within = f", per-batch p99 {p99:.2f} ms within the {ceiling:g} ms ceiling"
         within = within if ceiling else ""
-        return Gate(
+        return Verdict(
             GateVerdict.MEETS,
             f"Throughput {throughput:.1f} img/s meets the {target:g} img/s target "
             f"at batch {self.batch_size}{within}.",
@@ -537,133 +540,4 @@ class BenchmarkRun(models.Model):
         if not limit_mb or memory is None or memory <= limit_mb:
             return gate
         over = f"Peak memory {memory:.0f} MB is over the class's {limit_mb} MB limit."
-        return Gate(GateVerdict.MISSES, f"{over} {gate.reason}")
-
-
-class AccuracyRunQuerySet(models.QuerySet):
-    def for_model(self, model):
-        """Accuracy runs of the engines of every version of the model, oldest version first."""
-        runs = self.filter(engine__model_version__model=model).select_related(
-            "engine__model_version", "engine__device_class", "dataset", "job"
-        )
-        return runs.order_by("engine__model_version__number", "created_at")
-
-
-def _real_samples(result, dataset, max_samples):
-    """Return the number of samples an evaluation reports; refuse more than the dataset gave.
-
-    A model with a fixed batch is fed a last batch padded with repeated samples: the
-    worker counts only the real ones, and a count above the dataset's would be padding.
-    """
-    samples = int(result["samples"])
-    if dataset is None:
-        return samples
-    limit = min(dataset.samples, max_samples) if isinstance(max_samples, int) else dataset.samples
-    if not 1 <= samples <= limit:
-        raise ValueError(
-            f"it reports {samples} samples evaluated; the dataset {dataset.name!r} gives "
-            f"1 to {limit} real samples (padding does not count)"
-        )
-    return samples
-
-
-class AccuracyRun(models.Model):
-    """How closely an engine reproduces its FP32 source on a dataset, and its task metric."""
-
-    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="accuracy")
-    engine = models.ForeignKey("engines.Engine", on_delete=models.CASCADE, related_name="accuracy")
-    dataset = models.ForeignKey(
-        "registry.Dataset", null=True, on_delete=models.SET_NULL, related_name="accuracy_runs"
-    )
-    samples = models.PositiveIntegerField()
-    reference_top1 = models.FloatField(null=True)
-    reference_top5 = models.FloatField(null=True)
-    top1 = models.FloatField(null=True)
-    top5 = models.FloatField(null=True)
-    top1_agreement = models.FloatField()
-    max_abs_error = models.FloatField()
-    mean_abs_error = models.FloatField()
-    cosine_min = models.FloatField()
-    cosine_mean = models.FloatField()
-    details = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = AccuracyRunQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self):
-        return f"accuracy of {self.engine}: agreement {self.top1_agreement:.3f}"
-
-    @classmethod
-    def record(cls, job, result):
-        """Store a worker's evaluate result for `job`; raise ValueError if it is malformed."""
-        from deployhub.registry.models import Dataset
-
-        try:
-            reference, engine = result.get("reference") or {}, result.get("engine") or {}
-            dataset = Dataset.objects.filter(pk=job.params.get("dataset")).first()
-            return cls.objects.create(
-                job=job,
-                engine=job.engine,
-                dataset=dataset,
-                samples=_real_samples(result, dataset, job.params.get("max_samples")),
-                reference_top1=reference.get("top1"),
-                reference_top5=reference.get("top5"),
-                top1=engine.get("top1"),
-                top5=engine.get("top5"),
-                top1_agreement=float(result["top1_agreement"]),
-                max_abs_error=float(result["max_abs_error"]),
-                mean_abs_error=float(result["mean_abs_error"]),
-                cosine_min=float(result["cosine_min"]),
-                cosine_mean=float(result["cosine_mean"]),
-                details=result,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed evaluate result: {exc!r}") from exc
-
-    @property
-    def metric(self):
-        """The task metric tolerances are measured on (workers/evaluate.py METRICS)."""
-        return self.details.get("metric") or "top1"
-
-    @property
-    def metric_drop_points(self):
-        """Task metric (top-1) lost against the FP32 reference, in points (None without labels)."""
-        if self.metric == "top1":
-            before, after = self.reference_top1, self.top1
-        else:
-            before, after = (
-                (self.details.get(k) or {}).get(self.metric) for k in ("reference", "engine")
-            )
-        if before is None or after is None:
-            return None
-        return (before - after) * 100
-
-    def tolerance_breach(self, tolerance):
-        """Say how this run falls outside a tolerance in task-metric points; '' when within.
-
-        Without labels, top-1 agreement with the FP32 reference stands in: below
-        1 - tolerance / 100 is outside. The one definition every page and auto mode use.
-        """
-        drop = self.metric_drop_points
-        if drop is not None:
-            if drop <= tolerance:
-                return ""
-            return (
-                f"{self.metric} {drop:.2f} points below the FP32 reference "
-                f"(tolerance {tolerance:g})"
-            )
-        floor = 1 - tolerance / 100
-        if self.top1_agreement >= floor:
-            return ""
-        return (
-            f"top-1 agrees with the FP32 reference on {self.top1_agreement:.1%} of samples "
-            f"(tolerance: at least {floor:.1%})"
-        )
-
-    @property
-    def within_tolerance(self):
-        """Whether the run is within its engine's class's accuracy tolerance."""
-        return not self.tolerance_breach(self.engine.device_class.accuracy_tolerance)
+        return Verdict(GateVerdict.MISSES, f"{over} {gate.reason}")

@@ -12,7 +12,8 @@ from django.utils.safestring import mark_safe
 from plotly.offline import get_plotlyjs
 
 from deployhub.benchmarks.charts import model_figures
-from deployhub.benchmarks.models import AccuracyRun, BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.evaluation.models import AccuracyRun
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 

@@ -1,12 +1,55 @@
-"""Exports of a model's results: CSV, JSON and a self-contained HTML report."""
+"""Benchmarks on the version page, and exports of a model's results (CSV, JSON, HTML report)."""
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
 from django.utils.text import slugify
+from django.views.decorators.http import require_POST
 
+from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_results
+from deployhub.benchmarks.forms import BenchmarkForm
+from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.benchmarks.reports import model_report as build_report
-from deployhub.registry.access import get_model_for_user
+from deployhub.registry.access import get_model_for_user, get_version_for_user
+from deployhub.registry.pages import version_page
+from deployhub.teams.access import require_role
+from deployhub.teams.models import Role
+
+
+def version_part(version):
+    """The version page's results table and benchmark form (registered in apps.py)."""
+    return {
+        "benchmark_form": BenchmarkForm(team=version.team, version=version),
+        "benchmarks": BenchmarkRun.objects.for_version(version),
+    }
+
+
+@login_required
+def version_results(request, pk):
+    """Return the results table alone, so the page can refresh it when a job finishes."""
+    version = get_version_for_user(request, pk)
+    benchmarks = BenchmarkRun.objects.for_version(version)
+    return render(request, "registry/_results.html", {"benchmarks": benchmarks})
+
+
+@login_required
+@require_POST
+def version_benchmark(request, pk):
+    version = get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = BenchmarkForm(request.POST, team=version.team, version=version)
+    if not form.is_valid():
+        messages.error(request, "Benchmark not queued: see the form below.")
+        return version_page(request, version, status=400, benchmark_form=form)
+    try:
+        job = submit_benchmark(form, request.user, version)
+    except BenchmarkRefused as exc:
+        messages.error(request, str(exc))
+        return redirect(version)
+    messages.success(request, f"Benchmark queued as job #{job.pk}.")
+    return redirect(f"{version.get_absolute_url()}#job-{job.pk}")
 
 
 def attachment(body, content_type, model, suffix):

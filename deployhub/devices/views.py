@@ -3,9 +3,10 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError, transaction
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.devices.access import get_device_class_for_user, get_device_for_user
 from deployhub.devices.actions import set_draining
 from deployhub.devices.forms import (
     BudgetForm,
@@ -14,18 +15,9 @@ from deployhub.devices.forms import (
     DeviceForm,
     ThroughputTargetForm,
 )
-from deployhub.devices.models import Device, DeviceClass
-from deployhub.teams.access import current_team, require_role, teams_of
+from deployhub.devices.models import Device
+from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
-
-
-def _get_device_class_for_user(request, pk):
-    return get_object_or_404(DeviceClass, pk=pk, team__in=teams_of(request.user))
-
-
-def _get_device_for_user(request, pk):
-    queryset = Device.objects.select_related("device_class__team")
-    return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
 
 
 @login_required
@@ -49,7 +41,7 @@ def device_classes(request):
 
 @login_required
 def device_class_detail(request, pk):
-    device_class = _get_device_class_for_user(request, pk)
+    device_class = get_device_class_for_user(request, pk)
     form = DeviceForm()
     new_token = None
     if request.method == "POST":
@@ -109,9 +101,9 @@ def _class_runs(device_class):
 @require_POST
 def device_class_edit(request, pk):
     """Change a class's serving pattern and budgets; invalid input changes nothing."""
-    device_class = _get_device_class_for_user(request, pk)
+    device_class = get_device_class_for_user(request, pk)
     require_role(request.user, device_class.team, Role.ADMIN)
-    form = DeviceClassEditForm(request.POST, instance=_get_device_class_for_user(request, pk))
+    form = DeviceClassEditForm(request.POST, instance=get_device_class_for_user(request, pk))
     if not form.is_valid():
         context = _class_context(request, device_class, form=DeviceForm(), edit_form=form)
         return render(request, "devices/class_detail.html", context, status=400)
@@ -145,7 +137,7 @@ def _register_device(request, device_class, form):
 @require_POST
 def device_drain(request, pk):
     """Toggle whether the device takes new jobs."""
-    device = _get_device_for_user(request, pk)
+    device = get_device_for_user(request, pk)
     set_draining(device, not device.draining, request.user)
     messages.success(request, f"{device} is {'draining' if device.draining else 'accepting jobs'}.")
     return redirect(device.device_class)
@@ -153,7 +145,7 @@ def device_drain(request, pk):
 
 @login_required
 def device_detail(request, pk):
-    device = _get_device_for_user(request, pk)
+    device = get_device_for_user(request, pk)
     context = {
         "device": device,
         "changes": device.fingerprint_changes.all()[:50],

@@ -12,12 +12,14 @@ from django.db import transaction
 
 from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
 from deployhub.engines.signing import sign
+from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import EngineInput, FileInput
 from deployhub.jobs.models import JobKind
+from deployhub.registry.models import Dataset
 from deployhub.teams.models import Event
 from workers.backends.base import compat_key, describe_differences, differences, digest
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 from workers.errors import JobError
 
 
@@ -25,14 +27,10 @@ class BuildRefused(ValueError):
     """The build cannot be asked for as it stands; the message says why and what to do."""
 
 
-class UnknownBackend(BuildRefused):
-    """No backend of that name exists."""
-
-
 def backend_class(name):
-    """Return the backend class of that name; raise UnknownBackend for anything else."""
+    """Return the backend class of that name; raise BuildRefused for anything else."""
     if not isinstance(name, str) or name not in BACKENDS:
-        raise UnknownBackend(f"There is no backend named {name!r}; known: {', '.join(BACKENDS)}.")
+        raise BuildRefused(f"There is no backend named {name!r}; known: {', '.join(BACKENDS)}.")
     return BACKENDS[name]
 
 
@@ -128,8 +126,6 @@ def with_contract(version, backend, build_config):
 
 def request_compile(version, device_class, backend, build_config, user):
     """Return (engine, None) when the store has it already, else (None, the queued compile job)."""
-    from deployhub.jobs.actions import submit_job
-
     backend_class(backend)
     check_source(version, backend)
     if not isinstance(build_config, dict):
@@ -165,21 +161,7 @@ def request_compile(version, device_class, backend, build_config, user):
 
 def calibration_of(job):
     """Return the calibration dataset a compile job was given, if any."""
-    from deployhub.registry.models import Dataset
-
     dataset_id = job.params.get("calibration_dataset") if job.kind == JobKind.COMPILE else None
-    return (
-        Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
-        if (dataset_id)
-        else None
-    )
-
-
-def evaluation_dataset_of(job):
-    """Return the dataset an evaluate job runs on, if any."""
-    from deployhub.registry.models import Dataset
-
-    dataset_id = job.params.get("dataset") if job.kind == JobKind.EVALUATE else None
     return (
         Dataset.objects.filter(pk=dataset_id, model=job.model_version.model).first()
         if (dataset_id)
@@ -200,52 +182,6 @@ def compared_engines(job):
         pk__in=ids, device_class=job.device_class, model_version=job.model_version
     ).in_bulk()
     return [engines[pk] for pk in ids if pk in engines]
-
-
-def golden_set_of(job):
-    """Return the golden set an evaluate job checks its engine on, if any."""
-    from deployhub.registry.models import GoldenSet
-
-    golden = job.params.get("golden") or {}
-    golden_id = golden.get("set") if job.kind == JobKind.EVALUATE else None
-    if not golden_id or job.engine is None:
-        return None
-    return GoldenSet.objects.filter(pk=golden_id, model_version=job.engine.model_version).first()
-
-
-def request_evaluation(
-    engine, user, *, dataset=None, golden_set=None, max_samples=1000, extra_params=None
-):
-    """Queue an evaluate job of an engine on a dataset, on a golden set, or both."""
-    from deployhub.jobs.actions import submit_job
-
-    version = engine.model_version
-    if dataset is None and golden_set is None:
-        raise BuildRefused("Choose a dataset, a golden set or both to evaluate the engine on.")
-    if dataset is not None and dataset.model_id != version.model_id:
-        raise BuildRefused(f"The dataset {dataset.name!r} belongs to another model.")
-    if golden_set is not None and golden_set.model_version_id != version.pk:
-        raise BuildRefused(f"The golden set {golden_set.name!r} belongs to another version.")
-    params = {"max_samples": max_samples, **(extra_params or {})}
-    if dataset is not None:
-        params["dataset"] = dataset.pk
-    if golden_set is not None:
-        params["golden"] = {
-            "set": golden_set.pk,
-            "atol": golden_set.atol,
-            "rtol": golden_set.rtol,
-            "input_names": [spec["name"] for spec in version.inputs],
-            "output_names": [spec["name"] for spec in version.outputs],
-        }
-    return submit_job(
-        team=engine.team,
-        kind=JobKind.EVALUATE,
-        device_class=engine.device_class,
-        user=user,
-        model_version=version,
-        engine=engine,
-        params=params,
-    )
 
 
 def timing_cache_for(job, device):
@@ -281,21 +217,7 @@ def calibration_cache_for(job, device):
 def calibration_input(job, device=None):
     """A compile job's calibration dataset, when its build calibrates."""
     dataset = calibration_of(job)
-    return {"calibration": _dataset_file(dataset, "calibration.npz")} if dataset else {}
-
-
-def evaluation_dataset_input(job, device=None):
-    """The dataset an evaluate job runs on, when it names one."""
-    dataset = evaluation_dataset_of(job)
-    return {"dataset": _dataset_file(dataset, "dataset.npz")} if dataset else {}
-
-
-def golden_input(job, device=None):
-    """The golden set an evaluate job checks its engine on, when it names one."""
-    golden = golden_set_of(job)
-    if golden is None:
-        return {}
-    return {"golden": FileInput(golden.file.name, golden.sha256, golden.size, golden.filename)}
+    return {"calibration": FileInput.of(dataset, "calibration.npz")} if dataset else {}
 
 
 def compared_engine_inputs(job, device=None):
@@ -306,17 +228,13 @@ def compared_engine_inputs(job, device=None):
 def timing_cache_input(job, device=None):
     """The timing cache the device that claimed a compile job starts from, if any."""
     cache = timing_cache_for(job, device) if device is not None else None
-    return {"timing_cache": _dataset_file(cache, "timing.cache")} if cache else {}
+    return {"timing_cache": FileInput.of(cache, "timing.cache")} if cache else {}
 
 
 def calibration_cache_input(job, device=None):
     """The calibration cache the device that claimed a compile job starts from, if any."""
     cache = calibration_cache_for(job, device) if device is not None else None
-    return {"calibration_cache": _dataset_file(cache, "calibration.cache")} if cache else {}
-
-
-def _dataset_file(stored, filename):
-    return FileInput(stored.file.name, stored.sha256, stored.size, filename)
+    return {"calibration_cache": FileInput.of(cache, "calibration.cache")} if cache else {}
 
 
 def _store_calibration_cache(job, fingerprint, result):

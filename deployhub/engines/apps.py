@@ -5,11 +5,11 @@ class EnginesConfig(AppConfig):
     name = "deployhub.engines"
 
     def ready(self):
-        """Subscribe to the job kinds engines owns: builds, side-by-side runs and evaluations."""
-        from deployhub.engines import actions, auto
+        """Subscribe to the job kinds engines owns: builds and side-by-side runs."""
+        from deployhub.engines import actions, auto, views
         from deployhub.jobs import kinds
         from deployhub.jobs.models import JobKind
-        from deployhub.registry.golden import record_evaluation
+        from deployhub.registry import pages
 
         kinds.subscribe(
             JobKind.COMPILE,
@@ -26,15 +26,6 @@ class EnginesConfig(AppConfig):
             record=auto.record_comparison,
             inputs=(actions.compared_engine_inputs, kinds.model_input),
         )
-        kinds.subscribe(
-            JobKind.EVALUATE,
-            record=record_evaluation,
-            inputs=(
-                kinds.engine_input,
-                kinds.model_input,
-                actions.evaluation_dataset_input,
-                actions.golden_input,
-            ),
-        )
         kinds.on_finished(auto.advance_for_job)
+        pages.contribute(views.version_part)
         kinds.on_reap(auto.advance_running)

@@ -29,13 +29,14 @@ from deployhub.engines.actions import (
     BuildRefused,
     canonical_config,
     request_compile,
-    request_evaluation,
 )
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
 from deployhub.engines.preflight import grid, preflight
+from deployhub.evaluation.actions import request_evaluation
+from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind, JobState
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 from workers.side_by_side import TIE_MARGIN
 
 # The builds auto mode tries, as each backend lists them: (backend, precision) -> build config.
@@ -169,8 +170,6 @@ def _batch_note(version, batch):
 
 def _measure(build, user):
     """Queue the benchmark and the evaluation of a build's engine."""
-    from deployhub.jobs.actions import submit_job
-
     run, engine = build.auto_run, build.engine
     params = {**benchmark_params(engine.model_version, run.device_class), "auto_build": build.pk}
     build.benchmark_job = submit_job(
@@ -278,8 +277,6 @@ def typical_ms_per_image(build):
 
 def _compare(run, contenders):
     """Queue the side-by-side benchmark of the contenders' engines on the run's class."""
-    from deployhub.jobs.actions import submit_job
-
     engines = [build.engine for build in contenders]
     batch_size = benchmark_params(run.model_version, run.device_class)["batch_size"]
     params = {

@@ -3,7 +3,7 @@ import json
 from django import forms
 
 from deployhub.registry.forms import PrettyJSONField, team_classes
-from workers.backends.registry import BACKENDS, DEFAULT_BACKEND
+from workers.backends.known import BACKENDS, DEFAULT_BACKEND
 
 
 # The config the form offers for each backend: its defaults, spelt out as it builds them.

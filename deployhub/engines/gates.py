@@ -12,11 +12,12 @@ as a sentence and the run behind it:
 - performance: the engine's latest benchmark on its class meets the class's
   gate, as its serving pattern defines it (BenchmarkRun.gate).
 
-These are what a release will have to pass (the approval workflow is yet to come).
+Each is stated with the neutral types of deployhub/gates.py.
 """
 
 from deployhub.benchmarks.models import GateVerdict
-from deployhub.parity.gates import Gate, GateStatus, parity_gate
+from deployhub.gates import Gate, GateStatus
+from deployhub.parity.gates import parity_gate
 from deployhub.registry.models import latest_per
 
 
@@ -28,11 +29,6 @@ def release_gates(engine):
         golden_gate(engine),
         performance_gate(engine),
     ]
-
-
-def gates_open(gates):
-    """Return True when every gate passed or has nothing to check."""
-    return all(gate.status in GateStatus.OPEN for gate in gates)
 
 
 def accuracy_gate(engine):

@@ -95,9 +95,7 @@ class Engine(models.Model):
     @property
     def open_gates(self):
         """How many of its release gates passed or have nothing to check."""
-        from deployhub.parity.gates import GateStatus
-
-        return sum(gate.status in GateStatus.OPEN for gate in self.release_gates)
+        return sum(gate.open for gate in self.release_gates)
 
     @property
     def quantised_nothing(self):

@@ -7,7 +7,7 @@ contract, and the fingerprints of the class's devices. Answers in milliseconds.
 from dataclasses import dataclass, field
 
 from workers.backends.base import cpu_isa
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 from workers.convert import CONVERT_OPSET
 
 

@@ -8,26 +8,38 @@ from django.views.decorators.http import require_POST
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import flag_int8_slowdowns
+from deployhub.devices.access import team_class
 from deployhub.engines import auto
+from deployhub.engines.access import get_engine_for_user
 from deployhub.engines.actions import (
     BuildRefused,
     compatibility_matrix,
     rebuild,
     request_compile,
-    request_evaluation,
 )
 from deployhub.engines.forms import CompileForm, EvaluateForm
-from deployhub.engines.gates import gates_open, release_gates
+from deployhub.engines.gates import release_gates
 from deployhub.engines.models import AutoRun, Engine
+from deployhub.engines.preflight import preflight_grid
+from deployhub.evaluation.actions import EvaluationRefused, request_evaluation
+from deployhub.gates import gates_open
 from deployhub.registry.access import get_version_for_user
-from deployhub.registry.views import team_class, version_page
+from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 
 
-def _get_engine_for_user(request, pk):
-    queryset = Engine.objects.select_related("model_version__model", "device_class", "built_on")
-    return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
+def version_part(version):
+    """The version page's engine store, compile form, preflight and auto runs (see apps.py)."""
+    classes = version.team.device_classes.all()
+    built_for = classes.filter(engines__model_version=version).distinct()
+    return {
+        "engines": Engine.objects.for_version(version),
+        "matrices": [(dc, compatibility_matrix(version, dc)) for dc in built_for],
+        "compile_form": CompileForm(team=version.team),
+        "auto_runs": version.auto_runs.select_related("device_class")[:5],
+        "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
+    }
 
 
 def _report(request, engine, job):
@@ -61,7 +73,7 @@ def version_compile(request, pk):
 
 @login_required
 def engine_detail(request, pk):
-    return _engine_page(request, _get_engine_for_user(request, pk))
+    return _engine_page(request, get_engine_for_user(request, pk))
 
 
 def _engine_form(engine, data=None):
@@ -90,7 +102,7 @@ def _engine_page(request, engine, benchmark_form=None, status=200, evaluate_form
 @login_required
 @require_POST
 def engine_rebuild(request, pk):
-    engine = _get_engine_for_user(request, pk)
+    engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
     try:
         _report(request, *rebuild(engine, request.user))
@@ -102,7 +114,7 @@ def engine_rebuild(request, pk):
 @login_required
 @require_POST
 def engine_benchmark(request, pk):
-    engine = _get_engine_for_user(request, pk)
+    engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
     form = _engine_form(engine, request.POST)
     if not form.is_valid():
@@ -121,7 +133,7 @@ def engine_benchmark(request, pk):
 @require_POST
 def engine_evaluate(request, pk):
     """Queue an evaluate job of the engine: on a dataset, on golden pairs, or both."""
-    engine = _get_engine_for_user(request, pk)
+    engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
     form = EvaluateForm(request.POST, engine=engine)
     if not form.is_valid():
@@ -136,7 +148,7 @@ def engine_evaluate(request, pk):
             golden_set=data["golden_set"],
             max_samples=data["max_samples"],
         )
-    except BuildRefused as exc:
+    except EvaluationRefused as exc:
         messages.error(request, str(exc))
         return redirect(engine)
     messages.success(request, f"Evaluation of {engine} queued as job #{job.pk}.")

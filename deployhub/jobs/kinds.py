@@ -19,6 +19,11 @@ class FileInput:
     size: int
     filename: str
 
+    @classmethod
+    def of(cls, stored, filename):
+        """Return the input of a stored object's file (one with .file, .sha256 and .size)."""
+        return cls(stored.file.name, stored.sha256, stored.size, filename)
+
 
 @dataclass(frozen=True)
 class EngineInput:

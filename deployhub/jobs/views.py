@@ -3,19 +3,15 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from deployhub.jobs.access import get_job_for_user
 from deployhub.jobs.actions import JobConflict, cancel_job
 from deployhub.jobs.models import Job, JobKind, JobState
-from deployhub.teams.access import current_team, require_role, teams_of
+from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Role
-
-
-def _get_job_for_user(request, pk):
-    queryset = Job.objects.select_related("device_class", "device", "model_version__model")
-    return get_object_or_404(queryset, pk=pk, team__in=teams_of(request.user))
 
 
 @login_required
@@ -31,7 +27,7 @@ def jobs_list(request):
 
 @login_required
 def job_detail(request, pk):
-    job = _get_job_for_user(request, pk)
+    job = get_job_for_user(request, pk)
     benchmark = getattr(job, "benchmark", None)
     context = {
         "job": job,
@@ -66,13 +62,13 @@ def job_status_dict(job):
 
 @login_required
 def job_status(request, pk):
-    return JsonResponse(job_status_dict(_get_job_for_user(request, pk)))
+    return JsonResponse(job_status_dict(get_job_for_user(request, pk)))
 
 
 @login_required
 @require_POST
 def job_cancel(request, pk):
-    job = _get_job_for_user(request, pk)
+    job = get_job_for_user(request, pk)
     require_role(request.user, job.team, Role.ENGINEER)
     try:
         cancel_job(job.pk, request.user)

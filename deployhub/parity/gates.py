@@ -1,57 +1,14 @@
-"""Release gates: what a version must show before it is promoted. Parity is one of them.
+"""The preprocessing-parity release gate of a version (the gate types: deployhub/gates.py).
 
 The preprocessing-parity gate: a version passes when its latest completed
 parity run passed, that is when the version's preprocessing spec, run by the
 code DeployHub ships, reproduced the tensors the training pipeline fed the
 model. It fails when that run found a mismatch, and is missing when no parity
-run has completed. The approval workflow, yet to come, will read these gates.
+run has completed.
 """
 
-from dataclasses import dataclass
-
-from deployhub.choices import ChoiceSet
+from deployhub.gates import Gate, GateStatus
 from deployhub.jobs.models import JobState
-
-
-class GateStatus(ChoiceSet):
-    PASSED = "passed"
-    FAILED = "failed"
-    MISSING = "missing"
-    NOT_REQUIRED = "not-required"
-    CHOICES = (
-        (PASSED, "Passed", "green"),
-        (FAILED, "Failed", "red"),
-        (MISSING, "Missing", "grey"),
-        (NOT_REQUIRED, "Not required", "grey"),
-    )
-    # What lets a release through: a gate that passed, or one with nothing to check.
-    OPEN = (PASSED, NOT_REQUIRED)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The state of one release gate of a version, with the reason and the run behind it."""
-
-    name: str
-    status: str
-    reason: str
-    run: object = None
-
-    @property
-    def color(self):
-        return GateStatus.color(self.status)
-
-    @property
-    def label(self):
-        return GateStatus.label(self.status)
-
-    def as_json(self):
-        return {
-            "gate": self.name,
-            "status": self.status,
-            "reason": self.reason,
-            "run": self.run.pk if self.run else None,
-        }
 
 
 def parity_gate(version):

@@ -10,7 +10,7 @@ from deployhub.parity.forms import ParityForm
 from deployhub.registry.access import get_version_for_user
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.views import version_page
+from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.parity import PackError

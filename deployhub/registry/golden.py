@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 from django.db import transaction
 
-from deployhub.jobs.errors import ResultRejected
 from deployhub.registry.archives import ZIP_MAGIC, _open_zip, check_filename, check_members
 from deployhub.registry.contract import BATCH
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import GoldenFormat, GoldenRun, GoldenSet, golden_upload_path
+from deployhub.registry.models import GoldenFormat, GoldenSet, golden_upload_path
 from deployhub.registry.uploads import head, placed, received
 from deployhub.teams.models import Event
 from workers import golden as worker_golden
@@ -258,17 +257,3 @@ def _describe(entry):
         else:
             parts.append(str(dim))
     return f"[{', '.join(parts)}]"
-
-
-def record_evaluation(job, result):
-    """Store an evaluate job's figures: AccuracyRun for a dataset, GoldenRun for golden pairs."""
-    from deployhub.benchmarks.models import AccuracyRun
-
-    stored = []
-    if "samples" in result or "golden" not in result:
-        stored.append(AccuracyRun.record(job, result))
-    if "golden" in result:
-        if not isinstance(result["golden"], dict):
-            raise ResultRejected("The golden result must be a JSON object.")
-        stored.append(GoldenRun.record(job, result["golden"]))
-    return stored[0]

@@ -20,7 +20,7 @@ from django.core.files import File
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from deployhub.registry.archives import check_filename, sniff
 from deployhub.registry.contract import (
@@ -40,6 +40,7 @@ from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.registry.models import (
     Dataset,
     DatasetKind,
+    Model,
     ModelVersion,
     dataset_upload_path,
     version_upload_path,
@@ -57,6 +58,10 @@ class DuplicateVersion(InvalidModel):
     def __init__(self, version):
         self.version = version
         super().__init__(f"This file is already {version} (same sha256); nothing was stored.")
+
+
+class DuplicateModelName(ValueError):
+    """The team already has a model of that name."""
 
 
 class HashedUploadedFile(TemporaryUploadedFile):
@@ -252,6 +257,23 @@ def check_spec_and_contract(info, preprocessing, contract):
             )
         )
         raise InvalidModel(f"Contract: {exc}{hint}") from exc
+
+
+def create_model(team, user, *, name, uploaded_file, description="", **version_fields):
+    """Create a model and its first version together, or nothing (the page and the API call this).
+
+    Raises DuplicateModelName, or InvalidModel (UploadTooLarge) for the file;
+    version_fields are create_version's notes, preprocessing and contract.
+    """
+    try:
+        with transaction.atomic():
+            model = Model.objects.create(
+                team=team, name=name, description=description, created_by=user
+            )
+            version = create_version(model, uploaded_file, user, **version_fields)
+    except IntegrityError as exc:
+        raise DuplicateModelName(f"{team} already has a model named {name!r}.") from exc
+    return model, version
 
 
 def create_version(model, uploaded_file, user, *, notes="", preprocessing=None, contract=None):

@@ -2,23 +2,12 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import IntegrityError, transaction
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
-from deployhub.benchmarks.forms import BenchmarkForm
-from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.engines.actions import compatibility_matrix
-from deployhub.engines.forms import CompileForm
-from deployhub.engines.models import Engine
-from deployhub.engines.preflight import preflight_grid
 from deployhub.registry.access import get_model_for_user, get_version_for_user
-from deployhub.registry.contract import contract_warnings
 from deployhub.registry.datasets import DatasetError
-from deployhub.registry.diff import diff_versions
-from deployhub.registry.exports import ConversionRefused, submit_convert, submit_export
 from deployhub.registry.forms import (
     DatasetForm,
     DeriveVersionForm,
@@ -29,17 +18,19 @@ from deployhub.registry.forms import (
 )
 from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import Model, VersionFormat
+from deployhub.registry.models import Model
+from deployhub.registry.pages import version_page
+from deployhub.registry.signals import version_uploaded
 from deployhub.registry.uploads import (
+    DuplicateModelName,
     DuplicateVersion,
     create_dataset,
+    create_model,
     create_version,
     derive_version,
 )
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
-from workers.backends.registry import BACKENDS
-from workers.preprocessing import generate_code
 
 
 def _upload(request, model, form):
@@ -61,18 +52,8 @@ def _upload(request, model, form):
     except InvalidModel as exc:
         form.add_error("file", str(exc))
         return None
-    if version.format == VersionFormat.PT2:
-        _queue_export(request, version, data["export_on"])
+    version_uploaded.send(Model, request=request, version=version, options=data)
     return version
-
-
-def _queue_export(request, version, device_class):
-    device_class = device_class or version.team.device_classes.first()
-    if device_class is None:
-        messages.warning(request, "No device class to export on: register one, then export.")
-        return
-    job = submit_export(version, device_class, request.user)
-    messages.info(request, f"Export to ONNX queued on {device_class} as job #{job.pk}.")
 
 
 @login_required
@@ -96,20 +77,23 @@ def _create_model(request, team, form):
     """Create a model and its first version together, or nothing (the form says why)."""
     data = form.cleaned_data
     try:
-        with transaction.atomic():
-            model = Model.objects.create(
-                team=team,
-                name=data["name"],
-                description=data["description"],
-                created_by=request.user,
-            )
-            if _upload(request, model, form) is None:
-                raise InvalidModel("refused")  # rolls the model back; the form has the reason
-    except IntegrityError:
-        form.add_error("name", f"{team} already has a model named {data['name']!r}.")
+        model, version = create_model(
+            team,
+            request.user,
+            name=data["name"],
+            description=data["description"],
+            uploaded_file=data["file"],
+            notes=data["notes"],
+            preprocessing=data["preprocessing"],
+            contract=data["contract"],
+        )
+    except DuplicateModelName as exc:
+        form.add_error("name", str(exc))
         return None
-    except InvalidModel:
+    except InvalidModel as exc:
+        form.add_error("file", str(exc))
         return None
+    version_uploaded.send(Model, request=request, version=version, options=data)
     return model
 
 
@@ -134,86 +118,7 @@ def model_detail(request, pk):
 @login_required
 def version_detail(request, pk):
     version = get_version_for_user(request, pk)
-    return render(request, "registry/version_detail.html", _version_context(version))
-
-
-def version_page(request, version, status=200, **extra):
-    """Render the version page with what a refused action hands back (a form, an error)."""
-    context = _version_context(version, **extra)
-    return render(request, "registry/version_detail.html", context, status=status)
-
-
-def _version_context(version, **forms):
-    previous = version.previous()
-    gpu_backends = {name for name, backend in BACKENDS.items() if backend.needs_gpu}
-    gpu_classes = [c for c in version.team.device_classes.all() if set(c.backends) & gpu_backends]
-    return {
-        "version": version,
-        "model": version.model,
-        "benchmark_form": BenchmarkForm(team=version.team, version=version),
-        "derive_form": DeriveVersionForm(
-            initial={"preprocessing": version.preprocessing, "contract": version.contract}
-        ),
-        "notes_form": EditNotesForm(
-            initial={"notes": version.notes, "tags": ", ".join(version.tags)}
-        ),
-        "dataset_form": DatasetForm(),
-        "golden_form": GoldenSetForm(),
-        **forms,
-        "benchmarks": BenchmarkRun.objects.for_version(version),
-        "jobs": version.jobs.select_related("device_class", "device")[:20],
-        "code": generate_code(version.preprocessing, title=str(version))
-        if version.preprocessing
-        else "",
-        "gpu_warnings": contract_warnings(version.contract, version.inputs, gpu=True)
-        if gpu_classes and version.contract
-        else [],
-        "previous": previous,
-        "diff": diff_versions(previous, version) if previous else [],
-        "children": version.children.all(),
-        "datasets": version.model.datasets.all(),
-        "golden_sets": version.golden_sets.all(),
-        "engines": Engine.objects.for_version(version),
-        "matrices": _matrices(version),
-        "compile_form": CompileForm(team=version.team),
-        "auto_runs": version.auto_runs.select_related("device_class")[:5],
-        "preflight": [
-            (dc, preflight_grid(version, dc)) for dc in version.team.device_classes.all()
-        ],
-    }
-
-
-def _matrices(version):
-    """Return (device class, compatibility rows) for each class that has engines of the version."""
-    classes = version.team.device_classes.filter(engines__model_version=version).distinct()
-    return [(device_class, compatibility_matrix(version, device_class)) for device_class in classes]
-
-
-@login_required
-def version_results(request, pk):
-    """Return the results table alone, so the page can refresh it when a job finishes."""
-    version = get_version_for_user(request, pk)
-    benchmarks = BenchmarkRun.objects.for_version(version)
-    return render(request, "registry/_results.html", {"benchmarks": benchmarks})
-
-
-@login_required
-@require_POST
-def version_benchmark(request, pk):
-    version = get_version_for_user(request, pk)
-    require_role(request.user, version.team, Role.ENGINEER)
-    form = BenchmarkForm(request.POST, team=version.team, version=version)
-    if not form.is_valid():
-        messages.error(request, "Benchmark not queued: see the form below.")
-        context = _version_context(version, benchmark_form=form)
-        return render(request, "registry/version_detail.html", context, status=400)
-    try:
-        job = submit_benchmark(form, request.user, version)
-    except BenchmarkRefused as exc:
-        messages.error(request, str(exc))
-        return redirect(version)
-    messages.success(request, f"Benchmark queued as job #{job.pk}.")
-    return redirect(f"{version.get_absolute_url()}#job-{job.pk}")
+    return version_page(request, version)
 
 
 @login_required
@@ -237,8 +142,7 @@ def version_derive(request, pk):
             return redirect(child)
         except InvalidModel as exc:
             form.add_error(None, str(exc))
-    context = _version_context(version, derive_form=form)
-    return render(request, "registry/version_detail.html", context, status=400)
+    return version_page(request, version, status=400, derive_form=form)
 
 
 @login_required
@@ -254,40 +158,6 @@ def version_notes(request, pk):
         Event.record(version.team, request.user, "version.notes", version)
         messages.success(request, "Notes and tags saved.")
     return redirect(version)
-
-
-def team_class(team, pk):
-    """Return the team's device class with this id (as a form posts it); None for anything else."""
-    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdigit() else None
-
-
-@login_required
-@require_POST
-def version_export(request, pk):
-    version = get_version_for_user(request, pk)
-    require_role(request.user, version.team, Role.ENGINEER)
-    device_class = team_class(version.team, request.POST.get("device_class"))
-    _queue_export(request, version, device_class)
-    return redirect(version)
-
-
-@login_required
-@require_POST
-def version_convert(request, pk):
-    """Queue the conversion of an ONNX version to another opset (a derived child version)."""
-    version = get_version_for_user(request, pk)
-    require_role(request.user, version.team, Role.ENGINEER)
-    device_class = team_class(version.team, request.POST.get("device_class"))
-    try:
-        job = submit_convert(version, device_class, request.user, request.POST.get("opset"))
-    except ConversionRefused as exc:
-        messages.error(request, f"Not converted: {exc}")
-        return redirect(f"{version.get_absolute_url()}#lineage")
-    opset = job.params["convert_to_opset"]
-    messages.info(
-        request, f"Conversion to opset {opset} queued on {job.device_class} as job #{job.pk}."
-    )
-    return redirect(f"{version.get_absolute_url()}#lineage")
 
 
 @login_required
@@ -306,8 +176,7 @@ def version_dataset(request, pk):
             return redirect(f"{version.get_absolute_url()}#datasets")
         except (InvalidModel, DatasetError) as exc:
             form.add_error("file", str(exc))
-    context = _version_context(version, dataset_form=form)
-    return render(request, "registry/version_detail.html", context, status=400)
+    return version_page(request, version, status=400, dataset_form=form)
 
 
 @login_required
@@ -332,5 +201,4 @@ def version_golden(request, pk):
             return redirect(f"{version.get_absolute_url()}#golden")
         except (InvalidModel, GoldenError) as exc:
             form.add_error("file", str(exc))
-    context = _version_context(version, golden_form=form)
-    return render(request, "registry/version_detail.html", context, status=400)
+    return version_page(request, version, status=400, golden_form=form)

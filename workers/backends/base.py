@@ -65,6 +65,18 @@ class Backend(abc.ABC):
     builds_from_contract: ClassVar[bool] = False
     # Why dynamic shapes in the contract build slowly, when they do.
     dynamic_shapes_slow: ClassVar[str | None] = None
+    # True when its engine is an ONNX file the measurement harness runs in an ONNX Runtime
+    # session of its own (workers/benchmark.py); other engines are run through load/infer.
+    harness_runs_engine: ClassVar[bool] = False
+    # The selftest (workers/selftest.py): the largest |engine - reference| its tiny model may
+    # show (FP32 builds match to rounding), and what its install needs besides the pip extra.
+    selftest_tolerance: ClassVar[float] = 1e-4
+    install_note: ClassVar[str] = ""
+
+    @classmethod
+    def host_problems(cls, fingerprint):
+        """Return what the host lacks for this backend beyond its Python package (selftest)."""
+        return []
 
     @classmethod
     def available(cls):

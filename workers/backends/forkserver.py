@@ -28,9 +28,9 @@ from contextlib import suppress
 logger = logging.getLogger(__name__)
 MODULE = "workers.backends.forkserver"
 # Imported once by the server, in this order; a module that is not installed is skipped.
-# workers.backends.registry comes first: importing the OpenVINO backend turns telemetry off.
+# workers.backends.known comes first: importing the OpenVINO backend turns telemetry off.
 PRELOAD = (
-    "workers.backends.registry",
+    "workers.backends.known",
     "workers.backends.isolate",
     "workers.feeds",
     "numpy",

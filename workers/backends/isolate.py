@@ -175,7 +175,7 @@ def compile_backend(
     model_io (the job's signature and contract) goes with the calibration data: the
     backends that calibrate feed it through workers/feeds.py.
     """
-    from workers.backends import registry
+    from workers.backends import known
 
     files = {"timing_cache": timing_cache, "calibration": calibration}
     # Only the files there are: a backend written before one of them need not accept it.
@@ -183,7 +183,7 @@ def compile_backend(
     if calibration and model_io:
         extra["model_io"] = model_io
     started = time.monotonic()
-    built = registry.require(backend)().compile(
+    built = known.require(backend)().compile(
         Path(source), build_config, Path(workdir), progress=progress, **extra
     )
     return {**compile_result_json(built), "seconds": round(time.monotonic() - started, 3)}
@@ -195,9 +195,9 @@ def smoke_test(backend, artifact, build_config, source, model_io=None):
     The feeds are synthetic (workers/feeds.py), from model_io when the job has one,
     else from the source's declared inputs.
     """
-    from workers.backends import registry
+    from workers.backends import known
 
-    runner = registry.require(backend)()
+    runner = known.require(backend)()
     feeds = smoke_feeds(source, model_io)
     started = time.monotonic()
     handle = runner.load(Path(artifact), build_config)

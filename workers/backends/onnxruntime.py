@@ -91,6 +91,7 @@ class OnnxRuntimeBackend(Backend):
     runtime = "onnxruntime"
     extra = "worker"
     runs_on_cpu = True
+    harness_runs_engine = True
     gpu_precisions = {"fp16": "fp16 conversion is for GPU providers; on the CPU use int8"}
     # ONNX Runtime only guarantees ai.onnx opset 7 and later; older operators
     # (BatchNormalization-6, Add with broadcast) have no kernel.

@@ -63,6 +63,14 @@ class TensorRTBackend(Backend):
         {"Unique", "StringNormalizer", "TfIdfVectorizer", "RegexFullMatch", "StringSplit"}
     )
     auto_builds = {"fp16": {}, "int8": {"precision": "int8"}}
+    # Its default precision is fp16 (11-bit mantissa; the selftest's outputs reach about 10).
+    selftest_tolerance = 5e-2
+    install_note = " (needs an NVIDIA GPU and driver)"
+
+    @classmethod
+    def host_problems(cls, fingerprint):
+        """Return why the host's GPUs, driver or CUDA cannot run TensorRT, one sentence each."""
+        return plan.gpu_problems(fingerprint)
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -376,7 +384,7 @@ class _Loaded:
 
 def _import_tensorrt():
     """Return the tensorrt module; raise MissingRuntime, or JobError for another major version."""
-    from workers.backends.registry import require
+    from workers.backends.known import require
 
     require(TensorRTBackend.name)  # MissingRuntime naming deployhub[tensorrt]
     import tensorrt as trt

@@ -12,7 +12,7 @@ and none breaks the store's uniqueness: they stay served, only not reused.
 from django.db import migrations
 
 from workers.backends.base import digest
-from workers.backends.registry import BACKENDS
+from workers.backends.known import BACKENDS
 
 
 def _canonical(engine):

@@ -14,7 +14,7 @@ from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.teams.models import Membership, Role, Team
-from workers.backends.registry import DEFAULT_BACKEND
+from workers.backends.known import DEFAULT_BACKEND
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 LOCAL_CLASS = "local-cpu"

@@ -2,16 +2,19 @@
 
 Either way the worker uploads one ONNX file with a report of how far it strays
 from its source, and the hub stores it as a child version of the job's version.
+Conversions sit above jobs and registry: they queue jobs and store versions.
 """
 
 import onnx
 from django.conf import settings
 
+from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
+from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, local_copy, save_version
 from workers.convert import CONVERT_OPSET, MIN_OPSET
 
 
@@ -29,8 +32,6 @@ def export_params(version):
 
 def submit_export(version, device_class, user):
     """Queue the export of a .pt2 version on a device class with torch."""
-    from deployhub.jobs.actions import submit_job
-
     return submit_job(
         team=version.team,
         kind=JobKind.EXPORT,
@@ -50,8 +51,6 @@ def convert_params(version, opset):
 
 def submit_convert(version, device_class, user, opset=None):
     """Queue the conversion of an ONNX version to another opset; raise ConversionRefused."""
-    from deployhub.jobs.actions import submit_job
-
     opset = _opset(version, CONVERT_OPSET if opset in (None, "") else opset)
     device_class = device_class or version.team.device_classes.first()
     if device_class is None:
@@ -107,8 +106,6 @@ def _child_contract(parent, inputs):
 
 def record_export(job, result):
     """Create the ONNX child of the exported version from the job's uploaded artifact."""
-    from deployhub.registry.uploads import inspect_upload, local_copy
-
     parent = job.model_version
     artifact = _exported_artifact(job, result)
     if existing := parent.model.versions.filter(sha256=artifact.sha256).first():
@@ -123,8 +120,6 @@ def record_export(job, result):
 
 def _save_child(job, artifact, info, path, result):
     """Store the exported ONNX file as a child version of the job's .pt2 version."""
-    from deployhub.registry.uploads import VERSION_FIELDS, save_version
-
     parent = job.model_version
     converted = "source_opset" in result
     version = ModelVersion(

@@ -1,0 +1,76 @@
+"""The version page, assembled from what each app contributes, so registry imports none of them.
+
+Registry draws the version's own facts (file, spec, contract, lineage, datasets,
+golden sets). Each app above it adds its part in its AppConfig.ready() with
+contribute(provider): provider(version) returns the context its part of the
+template reads (engines: the store, preflight and auto runs; benchmarks: the
+results and the benchmark form). A refused action re-renders the page with its
+bound form through version_page(..., <name>_form=form), which wins over the
+provider's empty one.
+"""
+
+from django.shortcuts import render
+
+from deployhub.registry.contract import contract_warnings
+from deployhub.registry.diff import diff_versions
+from deployhub.registry.forms import DatasetForm, DeriveVersionForm, EditNotesForm, GoldenSetForm
+from workers.backends.known import BACKENDS
+from workers.preprocessing import generate_code
+
+_providers = []
+
+
+def contribute(provider):
+    """Add provider(version) -> dict to every version page's context (from an AppConfig.ready)."""
+    if provider not in _providers:
+        _providers.append(provider)
+
+
+def version_context(version, **forms):
+    """Return the version page's context: registry's part, each app's part, then `forms`."""
+    context = _registry_part(version)
+    for provider in _providers:
+        context.update(provider(version))
+    context.update(forms)
+    return context
+
+
+def version_page(request, version, status=200, **forms):
+    """Render the version page with what a refused action hands back (a form, an error)."""
+    context = version_context(version, **forms)
+    return render(request, "registry/version_detail.html", context, status=status)
+
+
+def _registry_part(version):
+    previous = version.previous()
+    return {
+        "version": version,
+        "model": version.model,
+        "derive_form": DeriveVersionForm(
+            initial={"preprocessing": version.preprocessing, "contract": version.contract}
+        ),
+        "notes_form": EditNotesForm(
+            initial={"notes": version.notes, "tags": ", ".join(version.tags)}
+        ),
+        "dataset_form": DatasetForm(),
+        "golden_form": GoldenSetForm(),
+        "jobs": version.jobs.select_related("device_class", "device")[:20],
+        "code": generate_code(version.preprocessing, title=str(version))
+        if version.preprocessing
+        else "",
+        "gpu_warnings": _gpu_warnings(version),
+        "previous": previous,
+        "diff": diff_versions(previous, version) if previous else [],
+        "children": version.children.all(),
+        "datasets": version.model.datasets.all(),
+        "golden_sets": version.golden_sets.all(),
+    }
+
+
+def _gpu_warnings(version):
+    """What the version's contract leaves out that a GPU build needs, when the team has GPUs."""
+    gpu_backends = {name for name, backend in BACKENDS.items() if backend.needs_gpu}
+    classes = version.team.device_classes.all()
+    if not version.contract or not any(set(c.backends) & gpu_backends for c in classes):
+        return []
+    return contract_warnings(version.contract, version.inputs, gpu=True)

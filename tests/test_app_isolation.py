@@ -1,0 +1,97 @@
+"""At run time, each hub app works with only the apps below it installed, and loads none above.
+
+The layer contract (pyproject.toml, checked by import-linter in test_layers.py) reads
+the import statements; this starts Django in a fresh process with an app and the
+apps below it installed, imports every module of the app, and looks at what got
+loaded. It catches what a static reading cannot: an import built from a string, an
+AppConfig.ready() that reaches up, a model that needs a higher app to load.
+"""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHECK = """
+import importlib, pkgutil, sys
+import django
+from django.conf import settings
+import deployhub.settings as base
+
+app, below, above = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+values = {name: getattr(base, name) for name in dir(base) if name.isupper()}
+ours = below + [app]
+values["INSTALLED_APPS"] = [
+    name for name in base.INSTALLED_APPS if not name.startswith("deployhub.") or name in ours
+]
+settings.configure(**values)
+django.setup()
+package = importlib.import_module(app)
+for module in pkgutil.walk_packages(package.__path__, app + "."):
+    if ".migrations" not in module.name:
+        importlib.import_module(module.name)
+higher = [name.split(".") for name in above]
+loaded = sorted(name for name in sys.modules if name.split(".")[:2] in higher)
+assert not loaded, f"{app} loaded higher apps' modules: {loaded}"
+print("ok", app)
+"""
+
+
+def layers():
+    """Return the hub's apps by layer, lowest first, as the layer contract lists them."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["type"] == "layers")
+    split = [layer.replace("|", ":").split(":") for layer in reversed(contract["layers"])]
+    return [[name.strip() for name in layer] for layer in split]
+
+
+def apps():
+    """Every app in the layers below the pages, with the apps below and above its layer."""
+    ordered, params = layers(), []
+    for index, layer in enumerate(ordered[:-1]):
+        below = [app for lower in ordered[:index] for app in lower]
+        above = [app for higher in ordered[index + 1 :] for app in higher]
+        for app in layer:
+            siblings = [other for other in layer if other != app]
+            params.append(pytest.param(app, below, above + siblings, id=app))
+    return params
+
+
+def check(app, below, above):
+    return subprocess.run(
+        [sys.executable, "-c", CHECK, app, ",".join(below), ",".join(above)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(("app", "below", "above"), apps())
+def test_an_app_runs_with_only_the_apps_below_it_installed(app, below, above):
+    completed = check(app, below, above)
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert f"ok {app}" in completed.stdout
+
+
+def test_an_app_that_loads_one_counted_above_it_fails_the_check():
+    # jobs stores results of registry's versions: counted below registry, it must fail.
+    completed = check(
+        "deployhub.jobs", ["deployhub.teams", "deployhub.devices"], ["deployhub.registry"]
+    )
+
+    # Refused either way: registry's models will not load uninstalled, or its modules are listed.
+    assert completed.returncode != 0
+    assert "deployhub.registry" in completed.stderr.splitlines()[-1]
+
+
+def test_it_reads_every_hub_app_from_the_layers():
+    names = {app for layer in layers() for app in layer}
+
+    assert {"deployhub.registry", "deployhub.jobs", "deployhub.engines"} <= names
+    assert "deployhub.teams" in layers()[0]
