@@ -248,7 +248,7 @@ def _built_runner(backend_name, source, config, folder):
         compile_result_from_json,
         run_isolated,
     )
-    from workers.backends.registry import require
+    from workers.backends.known import require
 
     folder = Path(folder) / backend_name
     folder.mkdir(parents=True, exist_ok=True)

@@ -526,7 +526,7 @@ def load_build(build, work):
     """Load an auto build's engine from storage with its backend; return run(feeds)."""
     from django.core.files.storage import default_storage
 
-    from workers.backends.registry import BACKENDS
+    from workers.backends.known import BACKENDS
 
     engine = build.engine
     artifact = work / f"engine-{engine.pk}{Path(engine.file.name).suffix}"
@@ -538,7 +538,7 @@ def load_build(build, work):
 
 def load_hand_picked(subject, work):
     """Build the subject's hand-picked engine here, as a person would; return run(feeds)."""
-    from workers.backends.registry import BACKENDS
+    from workers.backends.known import BACKENDS
 
     picked = subject.hand_picked
     backend = BACKENDS[picked["backend"]]()
