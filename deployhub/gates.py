@@ -2,7 +2,7 @@
 
 Each app that owns a gate computes it (parity: deployhub/parity/gates.py; the
 engine's accuracy, golden and performance gates: deployhub/engines/gates.py)
-and states it with these types, so a page, the API and the approval workflow
+and states it with these types, so a page, the API and (next) the approval workflow
 read every gate the same way. This module imports no app.
 """
 

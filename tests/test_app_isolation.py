@@ -90,8 +90,23 @@ def test_an_app_that_loads_one_counted_above_it_fails_the_check():
     assert "deployhub.registry" in completed.stderr.splitlines()[-1]
 
 
-def test_it_reads_every_hub_app_from_the_layers():
-    names = {app for layer in layers() for app in layer}
+def test_every_installed_hub_app_has_its_place_in_the_layers():
+    from django.conf import settings
 
-    assert {"deployhub.registry", "deployhub.jobs", "deployhub.engines"} <= names
-    assert "deployhub.teams" in layers()[0]
+    placed = {app for layer in layers() for app in layer}
+    installed = {app for app in settings.INSTALLED_APPS if app.startswith("deployhub.")}
+
+    assert installed <= placed, f"not in the layer contract: {sorted(installed - placed)}"
+    assert layers()[0] == ["deployhub.teams"]
+
+
+def test_an_app_that_loads_a_module_counted_above_it_fails_the_check():
+    # engines states its release gates with deployhub.gates: counted above engines, it fails.
+    ordered = layers()
+    below = [app for layer in ordered[:-3] for app in layer if app != "deployhub.engines"]
+    completed = check("deployhub.engines", below, ["deployhub.gates"])
+
+    assert completed.returncode != 0
+    assert "deployhub.engines loaded higher apps' modules: ['deployhub.gates']" in (
+        completed.stderr
+    )

@@ -15,7 +15,7 @@ from workers.backends.known import BACKENDS
 
 @pytest.fixture
 def toy(monkeypatch):
-    """Register the toy backend for one test, as registry.py registers the others."""
+    """Register the toy backend for one test, as known.py registers the others."""
     monkeypatch.setitem(BACKENDS, ToyBackend.name, ToyBackend)
     monkeypatch.setattr(fingerprint, "_capabilities_in_child", lambda: {})
     return ToyBackend

@@ -7,7 +7,12 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, Conflict, json_body, token_required
-from deployhub.conversions.actions import ConversionRefused, submit_convert, submit_export
+from deployhub.conversions.actions import (
+    ConversionRefused,
+    conversion_class,
+    submit_convert,
+    submit_export,
+)
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import Model, VersionFormat
@@ -99,9 +104,9 @@ def _export_pt2(request, version):
     """Queue a .pt2's export on the class named by 'export_on' (or the team's first)."""
     if version.format != VersionFormat.PT2:
         return
-    team, slug = version.team, request.POST.get("export_on")
-    device_class = team.device_classes.filter(slug=slug).first() if slug else None
-    if device_class := device_class or team.device_classes.first():
+    slug = request.POST.get("export_on")
+    chosen = version.team.device_classes.filter(slug=slug).first() if slug else None
+    if device_class := conversion_class(version, chosen):
         submit_export(version, device_class, request.user)
 
 

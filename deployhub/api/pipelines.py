@@ -6,7 +6,6 @@ for people; the device protocol under jobs/<id>/ (claim, heartbeat, ...) is not.
 """
 
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
@@ -14,8 +13,9 @@ from deployhub.api.auth import BadInput, json_body, token_required
 from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
-from deployhub.engines.models import AutoRun
-from deployhub.jobs.models import Job, JobKind
+from deployhub.engines.access import get_auto_run_for_user
+from deployhub.jobs.access import get_job_for_user
+from deployhub.jobs.models import JobKind
 from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
@@ -69,8 +69,7 @@ def _device_class_of(version, body):
 @token_required
 def auto_run_detail(request, pk):
     """The run's state, every build with its jobs and figures, and the recommended build."""
-    runs = AutoRun.objects.select_related("model_version", "device_class", "dataset", "created_by")
-    run = get_object_or_404(runs, pk=pk, device_class__team__in=teams_of(request.user))
+    run = get_auto_run_for_user(request, pk)
     return JsonResponse(auto_run_json(request, run))
 
 
@@ -196,8 +195,7 @@ def recommendation_reason(build):
 @token_required
 def job_detail(request, pk):
     """A job's kind, state, progress, failure, log tail, timestamps and what it ran on."""
-    queryset = Job.objects.select_related("model_version", "device_class", "device")
-    job = get_object_or_404(queryset, pk=pk, team__in=teams_of(request.user))
+    job = get_job_for_user(request, pk)
     return JsonResponse(job_json(request, job))
 
 

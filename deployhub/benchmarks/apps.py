@@ -8,14 +8,14 @@ class BenchmarksConfig(AppConfig):
         """Subscribe to benchmark jobs (they run an engine, or the model itself, and store a run);
         add the results and the benchmark form to the version page."""
         from deployhub.benchmarks.models import BenchmarkRun
-        from deployhub.benchmarks.views import version_part
+        from deployhub.benchmarks.pages import version_part
         from deployhub.jobs import kinds
         from deployhub.jobs.models import JobKind
-        from deployhub.registry import pages
+        from deployhub.registry import pages as version_page
 
         kinds.subscribe(
             JobKind.BENCHMARK,
             record=BenchmarkRun.record,
             inputs=(kinds.engine_input, kinds.model_input),
         )
-        pages.contribute(version_part)
+        version_page.contribute(version_part)

@@ -64,7 +64,7 @@ class Stability(ChoiceSet):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class BudgetVerdict:
     """A run's verdict against its class's budget, and the sentence that explains it.
 
     The performance release gate (deployhub/engines/gates.py) states it as a Gate.
@@ -471,12 +471,12 @@ class BenchmarkRun(models.Model):
     def _unstable(self, gate, device_class):
         reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
         if gate.verdict == GateVerdict.MEETS and self._wide_margin(device_class):
-            return Verdict(
+            return BudgetVerdict(
                 GateVerdict.MEETS,
                 f"{gate.reason} The measurement is unstable ({reasons}), but the margin is "
                 f"{WIDE_MARGIN:g}x or more: noise of that size cannot turn the verdict.",
             )
-        return Verdict(
+        return BudgetVerdict(
             GateVerdict.UNSTABLE,
             f"The measurement is unstable ({reasons}): measure again before trusting it.",
         )
@@ -492,7 +492,7 @@ class BenchmarkRun(models.Model):
     def _realtime_gate(self, device_class):
         budget = device_class.frame_budget_ms
         if self.scenario == Scenario.OFFLINE:
-            return Verdict(
+            return BudgetVerdict(
                 GateVerdict.UNKNOWN,
                 "An Offline run measures throughput only; a real-time class is judged on the "
                 "p99 of a SingleStream or Server run.",
@@ -500,11 +500,11 @@ class BenchmarkRun(models.Model):
         p99, which = self.gate_p99_ms, "Server p99" if self.scenario == Scenario.SERVER else "p99"
         fps = f"{1000.0 / budget:.0f} fps"
         if p99 <= budget:
-            return Verdict(
+            return BudgetVerdict(
                 GateVerdict.MEETS,
                 f"{which} {p99:.2f} ms is within the {budget:g} ms frame budget ({fps}).",
             )
-        return Verdict(
+        return BudgetVerdict(
             GateVerdict.MISSES,
             f"{which} {p99:.2f} ms is over the {budget:g} ms frame budget ({fps}): "
             f"{1000.0 / p99:.0f} fps at p99.",
@@ -513,7 +513,7 @@ class BenchmarkRun(models.Model):
     def _batch_gate(self, device_class):
         target, ceiling = device_class.throughput_target_ips, device_class.batch_latency_ceiling_ms
         if not target:
-            return Verdict(
+            return BudgetVerdict(
                 GateVerdict.UNKNOWN,
                 "The class is a batch class without a throughput target: set one to judge runs.",
             )
@@ -526,10 +526,10 @@ class BenchmarkRun(models.Model):
         if misses:
             sentence = "; ".join(misses)
             sentence = f"{sentence[0].upper()}{sentence[1:]} (batch {self.batch_size})."
-            return Verdict(GateVerdict.MISSES, sentence)
+            return BudgetVerdict(GateVerdict.MISSES, sentence)
         within = f", per-batch p99 {p99:.2f} ms within the {ceiling:g} ms ceiling"
         within = within if ceiling else ""
-        return Verdict(
+        return BudgetVerdict(
             GateVerdict.MEETS,
             f"Throughput {throughput:.1f} img/s meets the {target:g} img/s target "
             f"at batch {self.batch_size}{within}.",
@@ -540,4 +540,4 @@ class BenchmarkRun(models.Model):
         if not limit_mb or memory is None or memory <= limit_mb:
             return gate
         over = f"Peak memory {memory:.0f} MB is over the class's {limit_mb} MB limit."
-        return Verdict(GateVerdict.MISSES, f"{over} {gate.reason}")
+        return BudgetVerdict(GateVerdict.MISSES, f"{over} {gate.reason}")

@@ -18,14 +18,6 @@ from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 
 
-def version_part(version):
-    """The version page's results table and benchmark form (registered in apps.py)."""
-    return {
-        "benchmark_form": BenchmarkForm(team=version.team, version=version),
-        "benchmarks": BenchmarkRun.objects.for_version(version),
-    }
-
-
 @login_required
 def version_results(request, pk):
     """Return the results table alone, so the page can refresh it when a job finishes."""

@@ -30,6 +30,11 @@ def export_params(version):
     }
 
 
+def conversion_class(version, chosen=None):
+    """Return the class an export or conversion runs on: the one chosen, else the team's first."""
+    return chosen or version.team.device_classes.first()
+
+
 def submit_export(version, device_class, user):
     """Queue the export of a .pt2 version on a device class with torch."""
     return submit_job(
@@ -52,7 +57,7 @@ def convert_params(version, opset):
 def submit_convert(version, device_class, user, opset=None):
     """Queue the conversion of an ONNX version to another opset; raise ConversionRefused."""
     opset = _opset(version, CONVERT_OPSET if opset in (None, "") else opset)
-    device_class = device_class or version.team.device_classes.first()
+    device_class = conversion_class(version, device_class)
     if device_class is None:
         raise ConversionRefused("No device class to convert on: register one, then convert.")
     return submit_job(

@@ -5,7 +5,12 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from deployhub.conversions.actions import ConversionRefused, submit_convert, submit_export
+from deployhub.conversions.actions import (
+    ConversionRefused,
+    conversion_class,
+    submit_convert,
+    submit_export,
+)
 from deployhub.devices.access import team_class
 from deployhub.registry.access import get_version_for_user
 from deployhub.registry.models import VersionFormat
@@ -21,7 +26,7 @@ def export_uploaded_pt2(sender, request, version, options, **kwargs):
 
 def queue_export(request, version, device_class):
     """Queue a .pt2's export on device_class (or the team's first), saying so on the page."""
-    device_class = device_class or version.team.device_classes.first()
+    device_class = conversion_class(version, device_class)
     if device_class is None:
         messages.warning(request, "No device class to export on: register one, then export.")
         return

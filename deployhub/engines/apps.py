@@ -6,10 +6,10 @@ class EnginesConfig(AppConfig):
 
     def ready(self):
         """Subscribe to the job kinds engines owns: builds and side-by-side runs."""
-        from deployhub.engines import actions, auto, views
+        from deployhub.engines import actions, auto, pages
         from deployhub.jobs import kinds
         from deployhub.jobs.models import JobKind
-        from deployhub.registry import pages
+        from deployhub.registry import pages as version_page
 
         kinds.subscribe(
             JobKind.COMPILE,
@@ -27,5 +27,5 @@ class EnginesConfig(AppConfig):
             inputs=(actions.compared_engine_inputs, kinds.model_input),
         )
         kinds.on_finished(auto.advance_for_job)
-        pages.contribute(views.version_part)
+        version_page.contribute(pages.version_part)
         kinds.on_reap(auto.advance_running)

@@ -2,7 +2,7 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
@@ -10,7 +10,7 @@ from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import flag_int8_slowdowns
 from deployhub.devices.access import team_class
 from deployhub.engines import auto
-from deployhub.engines.access import get_engine_for_user
+from deployhub.engines.access import get_auto_run_for_user, get_engine_for_user
 from deployhub.engines.actions import (
     BuildRefused,
     compatibility_matrix,
@@ -19,27 +19,12 @@ from deployhub.engines.actions import (
 )
 from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.gates import release_gates
-from deployhub.engines.models import AutoRun, Engine
-from deployhub.engines.preflight import preflight_grid
 from deployhub.evaluation.actions import EvaluationRefused, request_evaluation
 from deployhub.gates import gates_open
 from deployhub.registry.access import get_version_for_user
 from deployhub.registry.pages import version_page
-from deployhub.teams.access import require_role, teams_of
+from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
-
-
-def version_part(version):
-    """The version page's engine store, compile form, preflight and auto runs (see apps.py)."""
-    classes = version.team.device_classes.all()
-    built_for = classes.filter(engines__model_version=version).distinct()
-    return {
-        "engines": Engine.objects.for_version(version),
-        "matrices": [(dc, compatibility_matrix(version, dc)) for dc in built_for],
-        "compile_form": CompileForm(team=version.team),
-        "auto_runs": version.auto_runs.select_related("device_class")[:5],
-        "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
-    }
 
 
 def _report(request, engine, job):
@@ -177,11 +162,7 @@ def version_auto(request, pk):
 
 @login_required
 def auto_run_detail(request, pk):
-    run = get_object_or_404(
-        AutoRun.objects.select_related("model_version__model", "device_class", "dataset"),
-        pk=pk,
-        device_class__team__in=teams_of(request.user),
-    )
+    run = get_auto_run_for_user(request, pk)
     builds = list(
         run.builds.select_related("engine", "compile_job", "benchmark_job", "evaluate_job")
     )

@@ -1,0 +1,19 @@
+"""What engines adds to the version page (registered in apps.py): the engine store, the
+compile form, preflight per device class and the latest auto runs."""
+
+from deployhub.engines.actions import compatibility_matrix
+from deployhub.engines.forms import CompileForm
+from deployhub.engines.models import Engine
+from deployhub.engines.preflight import preflight_grid
+
+
+def version_part(version):
+    classes = version.team.device_classes.all()
+    built_for = classes.filter(engines__model_version=version).distinct()
+    return {
+        "engines": Engine.objects.for_version(version),
+        "matrices": [(dc, compatibility_matrix(version, dc)) for dc in built_for],
+        "compile_form": CompileForm(team=version.team),
+        "auto_runs": version.auto_runs.select_related("device_class")[:5],
+        "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
+    }
