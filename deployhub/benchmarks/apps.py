@@ -18,4 +18,6 @@ class BenchmarksConfig(AppConfig):
             record=BenchmarkRun.record,
             inputs=(kinds.engine_input, kinds.model_input),
         )
-        version_page.contribute(version_part)
+        version_page.contribute(
+            version_part, slot="work", template="benchmarks/_version_section.html"
+        )

@@ -15,4 +15,6 @@ class ConversionsConfig(AppConfig):
 
         kinds.subscribe(JobKind.EXPORT, record=actions.record_export, inputs=(kinds.model_input,))
         version_uploaded.connect(views.export_uploaded_pt2, dispatch_uid="conversions.export")
-        version_page.contribute(pages.version_part)
+        version_page.contribute(
+            pages.version_part, slot="lineage", template="conversions/_version_forms.html"
+        )

@@ -27,5 +27,7 @@ class EnginesConfig(AppConfig):
             inputs=(actions.compared_engine_inputs, kinds.model_input),
         )
         kinds.on_finished(auto.advance_for_job)
-        version_page.contribute(pages.version_part)
+        version_page.contribute(
+            pages.version_part, slot="work", template="engines/_version_section.html"
+        )
         kinds.on_reap(auto.advance_running)

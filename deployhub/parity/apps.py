@@ -5,9 +5,12 @@ class ParityConfig(AppConfig):
     name = "deployhub.parity"
 
     def ready(self):
-        """Subscribe to parity jobs: they get the spec in their params and the pack as input."""
+        """Subscribe to parity jobs (they get the spec in their params and the pack as input);
+        draw the parity section on the version page."""
         from deployhub.jobs import kinds
         from deployhub.jobs.models import JobKind
         from deployhub.parity.models import ParityRun, pack_input
+        from deployhub.registry import pages as version_page
 
         kinds.subscribe(JobKind.PARITY, record=ParityRun.record, inputs=(pack_input,))
+        version_page.contribute(slot="checks", template="parity/_version_section.html")

@@ -2,9 +2,12 @@
 
 Registry draws the version's own facts (file, spec, contract, lineage, datasets,
 golden sets). Each app above it adds its part in its AppConfig.ready() with
-contribute(provider): provider(version) returns the context its part of the
-template reads (engines: the store, preflight and auto runs; benchmarks: the
-results and the benchmark form). A refused action re-renders the page with its
+contribute(provider, slot=..., template=...): provider(version) returns the
+context its template reads, and the template is drawn in a slot of
+registry/version_detail.html (parity in "checks", after the preprocessing;
+conversions' forms in "lineage"; benchmarks then engines in "work"; the jobs
+table in "activity", at the end), in the
+order the apps are installed. A refused action re-renders the page with its
 bound form through version_page(..., <name>_form=form), which wins over the
 provider's empty one.
 """
@@ -17,18 +20,25 @@ from deployhub.registry.forms import DatasetForm, DeriveVersionForm, EditNotesFo
 from workers.backends.known import BACKENDS
 from workers.preprocessing import generate_code
 
+SLOTS = ("checks", "lineage", "work", "activity")
 _providers = []
+_sections = {slot: [] for slot in SLOTS}
 
 
-def contribute(provider):
-    """Add provider(version) -> dict to every version page's context (from an AppConfig.ready)."""
-    if provider not in _providers:
+def contribute(provider=None, *, slot=None, template=None):
+    """Add provider(version) -> dict to every version page's context, and template to a slot.
+
+    Called from an AppConfig.ready(); calling it again with the same arguments adds nothing.
+    """
+    if provider is not None and provider not in _providers:
         _providers.append(provider)
+    if template is not None and template not in _sections[slot]:
+        _sections[slot].append(template)
 
 
 def version_context(version, **forms):
     """Return the version page's context: registry's part, each app's part, then `forms`."""
-    context = _registry_part(version)
+    context = {**_registry_part(version), "sections": _sections}
     for provider in _providers:
         context.update(provider(version))
     context.update(forms)
@@ -54,7 +64,6 @@ def _registry_part(version):
         ),
         "dataset_form": DatasetForm(),
         "golden_form": GoldenSetForm(),
-        "jobs": version.jobs.select_related("device_class", "device")[:20],
         "code": generate_code(version.preprocessing, title=str(version))
         if version.preprocessing
         else "",
