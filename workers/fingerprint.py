@@ -38,14 +38,6 @@ CPU_FLAGS = (
     "amx_int8",
 )
 CPUINFO = Path("/proc/cpuinfo")
-# Distributions that install the `tensorrt` module, most common first.
-TENSORRT_DISTRIBUTIONS = (
-    "tensorrt",
-    "tensorrt-cu13",
-    "tensorrt-cu12",
-    "tensorrt-cu13-bindings",
-    "tensorrt-cu12-bindings",
-)
 TOOLCHAINS = ("onnxruntime", "tensorrt", "openvino", "torch", "cudnn")
 TORCH_PROBE_SECONDS = 120
 CAPABILITIES_PROBE_SECONDS = 120
@@ -65,24 +57,20 @@ def collect():
         "gpus": nvml["gpus"],
         "nvidia_driver": nvml["driver"],
         "cuda": _cuda(nvml["cuda_driver_api"], torch),
-        "onnxruntime": _onnxruntime(),
-        "tensorrt": _tensorrt(),
-        "openvino": _openvino(),
         "torch": torch,
         "cudnn": None if torch is None or torch["cudnn"] is None else {"version": torch["cudnn"]},
         "capabilities": _capabilities_in_child(),
     }
-    return {**_other_runtimes(known), **known}
+    return {**_runtimes(known), **known}
 
 
-def _other_runtimes(known):
-    """Return {runtime: {"version": ...}} of each registered backend's runtime that the fields
-    above do not report (a backend added in one file), for preflight to find it."""
+def _runtimes(known):
+    """Return {runtime: what its backend's probe_runtime() reports, None when absent} for each
+    registered backend's runtime the fields above do not report (torch is one of them)."""
     from workers.backends.known import BACKENDS
 
-    runtimes = {b.runtime for b in BACKENDS.values() if b.runtime not in known}
-    found = {name: _installed_version(name, (name,)) for name in sorted(runtimes)}
-    return {name: {"version": version} for name, version in found.items() if version}
+    backends = {b.runtime: b for b in BACKENDS.values() if b.runtime not in known}
+    return {runtime: backends[runtime].probe_runtime() for runtime in sorted(backends)}
 
 
 def load_override(path, fingerprint=None):
@@ -269,48 +257,9 @@ def _cuda(driver_api, torch):
     return {"driver_api": driver_api, "runtime": runtime}
 
 
-def _onnxruntime():
-    """Return ONNX Runtime's version and execution providers, or None if absent."""
-    try:
-        import onnxruntime
-    except (ImportError, OSError):
-        return None
-    return {
-        "version": onnxruntime.__version__,
-        "providers": onnxruntime.get_available_providers(),
-    }
-
-
-def _tensorrt():
-    """Return TensorRT's version, or None if absent."""
-    version = _installed_version("tensorrt", TENSORRT_DISTRIBUTIONS)
-    return None if version is None else {"version": version}
-
-
-def _openvino():
-    """Return OpenVINO's version and the devices its plugins see, or None if absent."""
-    version = _installed_version("openvino", ("openvino",))
-    if version is None:
-        return None
-    # An imported openvino says "2026.4.1-22982-<hash>-releases/2026/4", its metadata "2026.4.1":
-    # report the release either way, so importing it does not look like an upgrade.
-    return {"version": version.split("-")[0], "devices": _openvino_devices()}
-
-
-@cache
-def _openvino_devices():
-    """Return OpenVINO's available devices (["CPU", "GPU"]), None if it cannot say; once."""
-    try:
-        import openvino
-
-        return list(openvino.Core().available_devices)
-    except Exception:  # a broken install or plugin: unknown, not "no devices"
-        return None
-
-
 def _torch():
     """Return torch's version and the CUDA and cuDNN it was built with, or None if absent."""
-    version = _installed_version("torch", ("torch",))
+    version = installed_version("torch", ("torch",))
     if version is None:
         return None
     return {"version": version, **_torch_build()}
@@ -403,7 +352,7 @@ def _cudnn_text(number):
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
-def _installed_version(module, distributions):
+def installed_version(module, distributions):
     """Return the version this process runs (or would import) of a module, None if absent.
 
     A module already imported reports its own version: the package on disk may

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar
 
-from workers.fingerprint import isa_level
+from workers.fingerprint import installed_version, isa_level
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]  # the name jobs and engines use ("onnxruntime")
     runtime: ClassVar[str]  # the module that must import for the backend to run here
     extra: ClassVar[str]  # the pip extra that installs the runtime: deployhub[<extra>]
+    # The pip distributions that install the runtime module, most common first.
+    distributions: ClassVar[tuple[str, ...]] = ()
     # The default-domain (ai.onnx) opsets its ONNX importer takes; None: no bound known.
     min_opset: ClassVar[int | None] = None
     max_opset: ClassVar[int | None] = None
@@ -77,6 +79,13 @@ class Backend(abc.ABC):
     def host_problems(cls, fingerprint):
         """Return what the host lacks for this backend beyond its Python package (selftest)."""
         return []
+
+    @classmethod
+    def probe_runtime(cls):
+        """Return what the device fingerprint reports of the runtime ({"version": ...}), None
+        when it is absent. Cheap: the installed version is read without importing it."""
+        version = installed_version(cls.runtime, cls.distributions or (cls.runtime,))
+        return None if version is None else {"version": version}
 
     @classmethod
     def available(cls):

@@ -110,6 +110,18 @@ class OnnxRuntimeBackend(Backend):
     }
 
     @classmethod
+    def probe_runtime(cls):
+        """Return ONNX Runtime's version and execution providers, None if it is absent."""
+        try:
+            import onnxruntime
+        except (ImportError, OSError):
+            return None
+        return {
+            "version": onnxruntime.__version__,
+            "providers": onnxruntime.get_available_providers(),
+        }
+
+    @classmethod
     def compat_fields(cls, fingerprint, build_config):
         """Return ORT's version, the provider, the level, and the CPU or GPU it bakes in."""
         provider, level = provider_of(build_config), level_of(build_config)

@@ -20,6 +20,7 @@ import sys
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from workers.backends.base import (
@@ -102,6 +103,16 @@ class OpenVinoBackend(Backend):
     auto_builds = {"fp32": {}, "bf16": {"precision": "bf16"}, "int8": {"precision": "int8"}}
     # int8: NNCF's post-training quantisation of the converted model.
     build_imports = {"int8": ("nncf", "nncf.openvino.quantization.quantize_model")}
+
+    @classmethod
+    def probe_runtime(cls):
+        """Return OpenVINO's release and the devices its plugins see, None if it is absent."""
+        found = super().probe_runtime()
+        if found is None:
+            return None
+        # An imported openvino says "2026.4.1-22982-<hash>-releases/2026/4", its metadata
+        # "2026.4.1": report the release either way, so importing it does not look like an upgrade.
+        return {"version": release(found["version"]), "devices": available_devices()}
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
@@ -208,6 +219,17 @@ class OpenVinoBackend(Backend):
         results = handle.request.infer(feeds)
         # Copies: the arrays are views of the request's tensors, rewritten by the next call.
         return [results[output].copy() for output in handle.compiled.outputs]
+
+
+@cache
+def available_devices():
+    """Return OpenVINO's available devices (["CPU", "GPU"]), None if it cannot say; once."""
+    try:
+        import openvino
+
+        return list(openvino.Core().available_devices)
+    except Exception:  # a broken install or plugin: unknown, not "no devices"
+        return None
 
 
 def release(version):

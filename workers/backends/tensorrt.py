@@ -54,6 +54,13 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
     runtime = "tensorrt"
     extra = "tensorrt"
+    distributions = (
+        "tensorrt",
+        "tensorrt-cu13",
+        "tensorrt-cu12",
+        "tensorrt-cu13-bindings",
+        "tensorrt-cu12-bindings",
+    )
     needs_gpu = True
     builds_from_contract = True  # optimisation profiles come from the contract
     # The TensorRT ONNX parser is backward compatible to opset 9 (NVIDIA's opset guide).
