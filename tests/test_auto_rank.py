@@ -151,7 +151,7 @@ def finish_comparison(client, make_device, job, result, capture):
 
 
 def test_close_builds_are_timed_side_by_side_and_that_run_decides(
-    run, client, make_device, django_capture_on_commit_callbacks
+    run, client, alice, make_device, django_capture_on_commit_callbacks
 ):
     first = measured_build(run, "first", p50=2.0)
     second = measured_build(run, "second", p50=2.2)  # within 25%: a contender
@@ -184,6 +184,9 @@ def test_close_builds_are_timed_side_by_side_and_that_run_decides(
     assert "1.11× faster than onnxruntime first" in run.summary
     first.refresh_from_db()
     assert run.recommended.pareto and not first.pareto  # the front the deciding run draws
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert f'<p id="compare-result">Part of <a href="{run.get_absolute_url()}">' in page
 
 
 def test_builds_far_apart_are_ranked_without_a_side_by_side_run(run):

@@ -299,6 +299,10 @@ def test_an_evaluate_job_carries_the_golden_file_and_stores_the_verdict(
     assert job.state == "succeeded" and not run.passed and run.failing == ["logits"]
     assert not AccuracyRun.objects.exists()
     assert engine.accuracy_flags == ["golden set 'reference' not reproduced: logits"]
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert '<div id="golden-result"><h2>Golden set reference</h2>' in page
+    assert 'id="parity-result"' not in page and 'id="benchmark-result"' not in page
 
 
 def test_a_golden_result_that_does_not_fit_the_set_fails_the_job(

@@ -8,8 +8,9 @@ class BenchmarksConfig(AppConfig):
         """Subscribe to benchmark jobs (they run an engine, or the model itself, and store a run);
         add the results and the benchmark form to the version page."""
         from deployhub.benchmarks.models import BenchmarkRun
-        from deployhub.benchmarks.pages import version_part
+        from deployhub.benchmarks.pages import job_part, version_part
         from deployhub.jobs import kinds
+        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
         from deployhub.registry import pages as version_page
 
@@ -21,3 +22,4 @@ class BenchmarksConfig(AppConfig):
         version_page.contribute(
             version_part, slot="work", template="benchmarks/_version_section.html"
         )
+        job_page.contribute("benchmarks/_job_result.html", job_part, order=10)

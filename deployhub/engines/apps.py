@@ -8,6 +8,7 @@ class EnginesConfig(AppConfig):
         """Subscribe to the job kinds engines owns: builds and side-by-side runs."""
         from deployhub.engines import actions, auto, pages
         from deployhub.jobs import kinds
+        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
         from deployhub.registry import pages as version_page
 
@@ -30,4 +31,6 @@ class EnginesConfig(AppConfig):
         version_page.contribute(
             pages.version_part, slot="work", template="engines/_version_section.html"
         )
+        job_page.contribute("engines/_job_flags.html", order=20)
+        job_page.contribute("engines/_job_compared.html", pages.job_part, order=40)
         kinds.on_reap(auto.advance_running)

@@ -17,3 +17,8 @@ def version_part(version):
         "auto_runs": version.auto_runs.select_related("device_class")[:5],
         "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
     }
+
+
+def job_part(job):
+    """The auto run a compare job timed builds for, if any (the job page)."""
+    return {"compared_in": job.auto_runs_compared.first()}

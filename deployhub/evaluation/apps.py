@@ -5,9 +5,11 @@ class EvaluationConfig(AppConfig):
     name = "deployhub.evaluation"
 
     def ready(self):
-        """Subscribe to evaluate jobs: the engine and its source run on a dataset or golden set."""
+        """Subscribe to evaluate jobs (the engine and its source run on a dataset or golden
+        set); draw a golden run on its job's page."""
         from deployhub.evaluation import actions
         from deployhub.jobs import kinds
+        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
 
         kinds.subscribe(
@@ -20,3 +22,4 @@ class EvaluationConfig(AppConfig):
                 actions.golden_input,
             ),
         )
+        job_page.contribute("evaluation/_job_golden.html", order=30)

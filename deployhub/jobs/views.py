@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from deployhub.jobs import pages
 from deployhub.jobs.access import get_job_for_user
 from deployhub.jobs.actions import JobConflict, cancel_job
 from deployhub.jobs.models import Job, JobKind, JobState
@@ -28,13 +29,7 @@ def jobs_list(request):
 @login_required
 def job_detail(request, pk):
     job = get_job_for_user(request, pk)
-    benchmark = getattr(job, "benchmark", None)
-    context = {
-        "job": job,
-        "status": job_status_dict(job),
-        "benchmarks": [benchmark] if benchmark else [],
-        "compared_in": job.auto_runs_compared.first(),
-    }
+    context = {"job": job, "status": job_status_dict(job), **pages.job_context(job)}
     return render(request, "jobs/detail.html", context)
 
 
