@@ -4,12 +4,11 @@ Registry draws the version's own facts (file, spec, contract, lineage, datasets,
 golden sets). Each app above it adds its part in its AppConfig.ready() with
 contribute(provider, slot=..., template=...): provider(version) returns the
 context its template reads, and the template is drawn in a slot of
-registry/version_detail.html (parity in "checks", after the preprocessing;
-conversions' forms in "lineage"; benchmarks then engines in "work"; the jobs
-table in "activity", at the end), in the
-order the apps are installed. A refused action re-renders the page with its
-bound form through version_page(..., <name>_form=form), which wins over the
-provider's empty one.
+registry/version_detail.html, in the order the apps are installed (parity in
+"checks", after the preprocessing; conversions' forms in "lineage"; benchmarks
+then engines in "work"; the jobs table in "activity", at the end). A refused
+action re-renders the page with its bound form through
+version_page(..., <name>_form=form), which wins over the provider's empty one.
 """
 
 from django.shortcuts import render
