@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "deployhub.benchmarks",
     "deployhub.engines",
     "deployhub.parity",
+    "deployhub.releases",
     "deployhub.demo",
 ]
 

@@ -11,6 +11,7 @@ from deployhub.engines import views as engine_views
 from deployhub.jobs import views as job_views
 from deployhub.parity import views as parity_views
 from deployhub.registry import views as registry_views
+from deployhub.releases import views as release_views
 from deployhub.teams import views as team_views
 
 urlpatterns = [
@@ -64,6 +65,13 @@ urlpatterns = [
     path("engines/<int:pk>/rebuild", engine_views.engine_rebuild, name="engine_rebuild"),
     path("engines/<int:pk>/evaluate", engine_views.engine_evaluate, name="engine_evaluate"),
     path("engines/<int:pk>/benchmark", engine_views.engine_benchmark, name="engine_benchmark"),
+    path("engines/<int:pk>/propose", release_views.engine_propose, name="engine_propose"),
+    path("releases/<int:pk>/", release_views.release_detail, name="release_detail"),
+    path("releases/<int:pk>/submit", release_views.release_submit, name="release_submit"),
+    path("releases/<int:pk>/review", release_views.release_review, name="release_review"),
+    path("releases/<int:pk>/override", release_views.release_override, name="release_override"),
+    path("releases/<int:pk>/promote", release_views.release_promote, name="release_promote"),
+    path("releases/<int:pk>/rollback", release_views.release_rollback, name="release_rollback"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),

@@ -2,16 +2,14 @@
 
 import pytest
 
-from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.gates import release_gates
-from deployhub.evaluation.models import AccuracyRun, GoldenRun
+from deployhub.evaluation.models import GoldenRun
 from deployhub.gates import gates_open
 from deployhub.jobs.models import JobKind
-from deployhub.parity.models import ParityRun
 from deployhub.registry.models import GoldenSet
 from tests.auto_builds import engine_of, job_of
-from tests.benchmark_results import LATENCY, result
 from tests.conftest import PASSWORD
+from tests.gate_evidence import benchmarked, evaluated, passed_parity
 
 pytestmark = pytest.mark.django_db
 
@@ -25,42 +23,6 @@ def engine(version, device_class):
 
 def statuses(engine):
     return {gate.name: gate.status for gate in release_gates(engine)}
-
-
-def passed_parity(engine, passed=True):
-    version = engine.model_version
-    ParityRun.objects.create(
-        model_version=version,
-        job=job_of(version, engine.device_class, JobKind.PARITY, None),
-        file="parity/pack.zip",
-        sha256="0" * 64,
-        size=1,
-        samples=3,
-        passed=passed,
-        tolerance_used=1e-3,
-        max_abs_error=1e-5 if passed else 0.8,
-        summary="" if passed else "matches if channels are swapped",
-    )
-
-
-def evaluated(engine, agreement):
-    AccuracyRun.objects.create(
-        job=job_of(engine.model_version, engine.device_class, JobKind.EVALUATE, engine),
-        engine=engine,
-        samples=300,
-        top1_agreement=agreement,
-        max_abs_error=0.1,
-        mean_abs_error=0.01,
-        cosine_min=0.99,
-        cosine_mean=0.999,
-    )
-
-
-def benchmarked(engine, p99):
-    body = result(latency_ms={**LATENCY, "p50": p99 / 2, "p99": p99})
-    BenchmarkRun.record(
-        job_of(engine.model_version, engine.device_class, JobKind.BENCHMARK, engine), body
-    )
 
 
 def test_a_new_engine_has_every_gate_to_earn(engine):

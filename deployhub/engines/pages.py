@@ -1,5 +1,7 @@
 """What engines adds to the version page (registered in apps.py): the engine store, the
-compile form, preflight per device class and the latest auto runs."""
+compile form, preflight per device class and the latest auto runs. And the engine page's
+parts that apps above engines draw (releases: the engine's releases and the propose form).
+"""
 
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
@@ -22,3 +24,21 @@ def version_part(version):
 def job_part(job):
     """The auto run a compare job timed builds for, if any (the job page)."""
     return {"compared_in": job.auto_runs_compared.first()}
+
+
+_engine_parts = []
+
+
+def contribute_to_engine_page(template, provider=None):
+    """Draw template on every engine page, below its release gates, with provider(engine)."""
+    if not any(part[0] == template for part in _engine_parts):
+        _engine_parts.append((template, provider))
+
+
+def engine_context(engine):
+    """Return the context the contributed parts read, and the templates to include."""
+    context = {"engine_sections": [template for template, _ in _engine_parts]}
+    for _, provider in _engine_parts:
+        if provider is not None:
+            context.update(provider(engine))
+    return context

@@ -21,6 +21,9 @@ class Team(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
+    approvals_required = models.PositiveSmallIntegerField(
+        default=1, help_text="Approvals a release needs, from reviewers other than its author."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,0 +1,217 @@
+"""What may happen to a release, and who may do it; each change is an Event with before/after.
+
+Engineers propose and submit; reviewers and admins review, promote and roll
+back; nobody approves their own release, admins included. A failed release gate
+blocks approval unless an admin overrode that gate with a written justification
+(kept and shown forever; the approvals are still needed). A refusal raises
+ReleaseRefused (the state, the gates or the quorum: HTTP 409) or PermissionDenied
+(the role: 403), each saying which rule refused.
+"""
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from deployhub.engines.gates import release_gates
+from deployhub.engines.models import EngineStatus
+from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
+from deployhub.teams.access import require_role
+from deployhub.teams.models import Event, Role
+
+
+class ReleaseRefused(Exception):
+    """The release's state, gates or quorum do not allow this; the message says which rule."""
+
+
+def gates_of(release):
+    """Return the engine's release gates, each failed one marked when an admin overrode it."""
+    overridden = {override.gate: override for override in release.overrides.all()}
+    return [(gate, overridden.get(gate.name)) for gate in release_gates(release.engine)]
+
+
+def blocking_gates(release):
+    """Return the gates that block approval: not open and not overridden."""
+    return [gate for gate, override in gates_of(release) if not gate.open and override is None]
+
+
+def propose(engine, user, note=""):
+    """Create a draft release of an engine for its device class (engineers and up)."""
+    require_role(user, engine.team, Role.ENGINEER)
+    if engine.status != EngineStatus.VALID:
+        raise ReleaseRefused(f"Only a valid engine can be proposed; {engine} is {engine.status}.")
+    release = Release.objects.create(
+        engine=engine,
+        model=engine.model_version.model,
+        device_class=engine.device_class,
+        note=note,
+        created_by=user,
+    )
+    _record(release, user, "release.proposed", None, note=note)
+    return release
+
+
+def submit(release, user):
+    """Send a draft for review (its author, or an engineer and up)."""
+    require_role(user, release.team, Role.ENGINEER)
+    _require_state(release, "submitted for review", ReleaseState.DRAFT)
+    release.submitted_at = timezone.now()
+    return _move(
+        release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review."
+    )
+
+
+def review(release, user, decision, comment=""):
+    """Record a reviewer's decision; enough approvals approve the release, a rejection ends it."""
+    require_role(user, release.team, Role.REVIEWER)
+    if decision not in dict(Decision.choices()):
+        raise ReleaseRefused(f"A decision is one of {', '.join(dict(Decision.choices()))}.")
+    if user.pk == release.created_by_id:
+        raise PermissionDenied("Nobody reviews their own release, admins included.")
+    _require_state(release, "reviewed", ReleaseState.IN_REVIEW)
+    if decision == Decision.APPROVE and (blocking := blocking_gates(release)):
+        names = ", ".join(f"{gate.name} ({gate.label.lower()})" for gate in blocking)
+        raise ReleaseRefused(f"Approval is blocked by the release gates: {names}.")
+    with transaction.atomic():
+        Review.objects.create(release=release, reviewer=user, decision=decision, comment=comment)
+        _record(release, user, f"release.review.{decision}", release.state, comment=comment)
+        if decision == Decision.REJECT:
+            return _move(release, user, ReleaseState.REJECTED, "release.rejected", comment)
+        if decision == Decision.REQUEST_CHANGES:
+            return _move(release, user, ReleaseState.DRAFT, "release.changes_requested", comment)
+        return _approve_when_quorate(release, user)
+
+
+def override_gate(release, user, gate, justification):
+    """Let a release past one failed gate: admins only, with a written justification."""
+    require_role(user, release.team, Role.ADMIN)
+    justification = (justification or "").strip()
+    if not justification:
+        raise ReleaseRefused("An override needs a written justification.")
+    failed = {gate.name: gate for gate, _ in gates_of(release) if not gate.open}
+    if gate not in failed:
+        raise ReleaseRefused(f"The {gate!r} gate has not failed: there is nothing to override.")
+    _require_state(release, "overridden", ReleaseState.DRAFT, ReleaseState.IN_REVIEW)
+    with transaction.atomic():
+        GateOverride.objects.create(
+            release=release, gate=gate, justification=justification, by=user
+        )
+        _record(
+            release,
+            user,
+            "release.gate_overridden",
+            release.state,
+            gate=gate,
+            status=failed[gate].status,
+            justification=justification,
+        )
+    return release
+
+
+def promote(release, user):
+    """Make an approved release production; the class's current one is retired with it."""
+    require_role(user, release.team, Role.REVIEWER)
+    recheck(release)
+    _require_state(release, "promoted", ReleaseState.APPROVED)
+    with transaction.atomic():
+        current = production_of(release.model, release.device_class, lock=True)
+        if current is not None:
+            _move(
+                current,
+                user,
+                ReleaseState.RETIRED,
+                "release.retired",
+                f"Replaced by #{release.pk}.",
+            )
+        release.replaced, release.promoted_at = current, timezone.now()
+        return _move(release, user, ReleaseState.PRODUCTION, "release.promoted", "Promoted.")
+
+
+def rollback(release, user, reason):
+    """Take a production release out and restore the one it replaced, saying why."""
+    require_role(user, release.team, Role.REVIEWER)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReleaseRefused("A rollback needs a reason.")
+    _require_state(release, "rolled back", ReleaseState.PRODUCTION)
+    previous = release.replaced
+    if previous is None or previous.state != ReleaseState.RETIRED:
+        raise ReleaseRefused("There is no previous production release to restore.")
+    with transaction.atomic():
+        _move(release, user, ReleaseState.ROLLED_BACK, "release.rolled_back", reason)
+        previous.promoted_at = timezone.now()
+        return _move(
+            previous,
+            user,
+            ReleaseState.PRODUCTION,
+            "release.restored",
+            f"Restored by the rollback of #{release.pk}: {reason}",
+        )
+
+
+def recheck(release):
+    """Send an approved release back to review when its engine went stale or a gate closed."""
+    if release.state != ReleaseState.APPROVED:
+        return release
+    why = _approval_lapsed(release)
+    if why:
+        release.submitted_at = timezone.now()
+        _move(release, None, ReleaseState.IN_REVIEW, "release.back_to_review", why)
+    return release
+
+
+def production_of(model, device_class, lock=False):
+    """Return the production release of a model on a device class, or None."""
+    releases = Release.objects.select_for_update() if lock else Release.objects
+    return releases.filter(
+        model=model, device_class=device_class, state=ReleaseState.PRODUCTION
+    ).first()
+
+
+def approvals(release):
+    """Return the distinct reviewers who approved since the release last entered review."""
+    approved = release.current_reviews().filter(decision=Decision.APPROVE)
+    return list({review.reviewer_id: review.reviewer for review in approved}.values())
+
+
+def _approve_when_quorate(release, user):
+    needed = release.team.approvals_required
+    count = len(approvals(release))
+    if count < needed:
+        return release
+    return _move(
+        release,
+        user,
+        ReleaseState.APPROVED,
+        "release.approved",
+        f"Approved by {count} of the {needed} reviewer(s) the team requires.",
+    )
+
+
+def _approval_lapsed(release):
+    if release.engine.status != EngineStatus.VALID:
+        return f"Its engine turned {release.engine.status} after approval."
+    if blocking := blocking_gates(release):
+        names = ", ".join(gate.name for gate in blocking)
+        return f"Release gates changed after approval: {names} no longer open."
+    return ""
+
+
+def _require_state(release, action, *states):
+    if release.state not in states:
+        allowed = " or ".join(ReleaseState.label(state).lower() for state in states)
+        raise ReleaseRefused(
+            f"Release #{release.pk} is {release.state_label.lower()}: only a release "
+            f"{allowed} can be {action}."
+        )
+
+
+def _move(release, user, state, verb, reason=""):
+    before = release.state
+    release.state, release.state_reason = state, reason or ""
+    release.save()
+    _record(release, user, verb, before, reason=reason)
+    return release
+
+
+def _record(release, user, verb, before, **data):
+    Event.record(release.team, user, verb, release, before=before, after=release.state, **data)

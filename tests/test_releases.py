@@ -1,0 +1,254 @@
+"""Releases: propose, review, promote and roll back an engine, with its gates and an audit trail."""
+
+import pytest
+from django.core.exceptions import PermissionDenied
+
+from deployhub.engines.models import EngineStatus
+from deployhub.releases import actions
+from deployhub.releases.actions import ReleaseRefused
+from deployhub.releases.models import Release, ReleaseState
+from deployhub.teams.models import Event, Role
+from tests.auto_builds import engine_of
+from tests.conftest import PASSWORD, make_user
+from tests.gate_evidence import benchmarked, evaluated, passed_parity
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def erin(demo_team):
+    """Erin builds: engineer in the demo team."""
+    return make_user("erin", demo_team, Role.ENGINEER)
+
+
+@pytest.fixture
+def rita(demo_team):
+    """Rita is a second reviewer."""
+    return make_user("rita", demo_team, Role.REVIEWER)
+
+
+def ready_engine(version, device_class, name="fp32"):
+    """An engine whose four release gates are open."""
+    device_class.frame_budget_ms = 20.0
+    device_class.save()
+    engine = engine_of(version, device_class, name)
+    passed_parity(engine)
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)
+    return engine
+
+
+def in_review(engine, author):
+    release = actions.propose(engine, author, "fastest within tolerance")
+    return actions.submit(release, author)
+
+
+def test_an_engineer_proposes_and_a_reviewer_approves_then_it_is_promoted(
+    version, device_class, erin, bob
+):
+    release = in_review(ready_engine(version, device_class), erin)
+    assert release.state == ReleaseState.IN_REVIEW
+
+    actions.review(release, bob, "approve", "numbers look right")
+    assert release.state == ReleaseState.APPROVED
+    actions.promote(release, bob)
+
+    release.refresh_from_db()
+    assert release.state == ReleaseState.PRODUCTION and release.promoted_at
+    assert actions.production_of(release.model, device_class) == release
+    verbs = list(
+        Event.objects.filter(target_type="release", target_id=release.pk)
+        .order_by("id")
+        .values_list("verb", "data__before", "data__after")
+    )
+    assert verbs == [
+        ("release.proposed", None, "draft"),
+        ("release.submitted", "draft", "in-review"),
+        ("release.review.approve", "in-review", "in-review"),
+        ("release.approved", "in-review", "approved"),
+        ("release.promoted", "approved", "production"),
+    ]
+
+
+def test_nobody_approves_their_own_release_admins_included(version, device_class, alice, bob):
+    release = in_review(ready_engine(version, device_class), alice)
+
+    with pytest.raises(PermissionDenied, match="Nobody reviews their own release"):
+        actions.review(release, alice, "approve")
+
+    release.refresh_from_db()
+    assert release.state == ReleaseState.IN_REVIEW and not release.reviews.exists()
+
+
+def test_roles_decide_who_proposes_reviews_and_promotes(version, device_class, erin, vera, bob):
+    engine = ready_engine(version, device_class)
+    with pytest.raises(PermissionDenied, match="engineer role"):
+        actions.propose(engine, vera)
+    release = in_review(engine, erin)
+    with pytest.raises(PermissionDenied, match="reviewer role"):
+        actions.review(release, erin, "approve")
+    actions.review(release, bob, "approve")
+    with pytest.raises(PermissionDenied, match="reviewer role"):
+        actions.promote(release, erin)
+    assert Release.objects.get().state == ReleaseState.APPROVED
+
+
+def test_the_team_decides_how_many_approvals_a_release_needs(
+    version, device_class, demo_team, erin, bob, rita
+):
+    demo_team.approvals_required = 2
+    demo_team.save()
+    release = in_review(ready_engine(version, device_class), erin)
+
+    actions.review(release, bob, "approve")
+    actions.review(release, bob, "approve")  # the same reviewer twice counts once
+    assert release.state == ReleaseState.IN_REVIEW
+    actions.review(release, rita, "approve")
+    assert release.state == ReleaseState.APPROVED
+
+
+def test_a_failing_gate_blocks_approval_until_an_admin_overrides_it_in_writing(
+    version, device_class, erin, bob, alice
+):
+    device_class.frame_budget_ms = 20.0
+    device_class.save()
+    engine = engine_of(version, device_class, "fp32")
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)  # no parity run: the parity gate is missing
+    release = in_review(engine, erin)
+
+    with pytest.raises(ReleaseRefused, match=r"blocked by the release gates: parity \(missing\)"):
+        actions.review(release, bob, "approve")
+    with pytest.raises(PermissionDenied, match="admin role"):
+        actions.override_gate(release, bob, "parity", "trust me")
+    with pytest.raises(ReleaseRefused, match="needs a written justification"):
+        actions.override_gate(release, alice, "parity", "  ")
+    with pytest.raises(ReleaseRefused, match="has not failed"):
+        actions.override_gate(release, alice, "accuracy", "why not")
+    actions.override_gate(release, alice, "parity", "Spec unchanged since v1's parity run.")
+    actions.review(release, bob, "approve")
+
+    assert release.state == ReleaseState.APPROVED
+    override = release.overrides.get()
+    assert (override.gate, override.by) == ("parity", alice)
+    event = Event.objects.get(verb="release.gate_overridden")
+    assert event.data["justification"] == "Spec unchanged since v1's parity run."
+
+
+def test_promoting_retires_the_current_production_and_rollback_restores_it(
+    version, device_class, erin, bob
+):
+    first = in_review(ready_engine(version, device_class, "fp32"), erin)
+    actions.review(first, bob, "approve")
+    actions.promote(first, bob)
+    second = in_review(ready_engine(version, device_class, "int8"), erin)
+    actions.review(second, bob, "approve")
+    actions.promote(second, bob)
+
+    first.refresh_from_db()
+    assert first.state == ReleaseState.RETIRED and second.replaced == first
+    assert actions.production_of(second.model, device_class) == second
+
+    with pytest.raises(ReleaseRefused, match="needs a reason"):
+        actions.rollback(second, bob, "")
+    actions.rollback(second, bob, "p99 regressed on the line")
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert second.state == ReleaseState.ROLLED_BACK
+    assert first.state == ReleaseState.PRODUCTION
+    assert "p99 regressed on the line" in first.state_reason
+    assert Release.objects.filter(state=ReleaseState.PRODUCTION).count() == 1
+
+
+def test_a_first_production_release_has_nothing_to_roll_back_to(version, device_class, erin, bob):
+    release = in_review(ready_engine(version, device_class), erin)
+    actions.review(release, bob, "approve")
+    actions.promote(release, bob)
+
+    with pytest.raises(ReleaseRefused, match="no previous production release"):
+        actions.rollback(release, bob, "bad")
+    assert Release.objects.get().state == ReleaseState.PRODUCTION
+
+
+def test_changes_requested_send_it_back_to_draft_and_a_rejection_ends_it(
+    version, device_class, erin, bob
+):
+    release = in_review(ready_engine(version, device_class), erin)
+    actions.review(release, bob, "request_changes", "evaluate on the validation set")
+    assert release.state == ReleaseState.DRAFT
+    actions.submit(release, erin)
+    actions.review(release, bob, "reject", "wrong class")
+
+    assert release.state == ReleaseState.REJECTED
+    with pytest.raises(ReleaseRefused, match="only a release in review can be reviewed"):
+        actions.review(release, bob, "approve")
+    with pytest.raises(ReleaseRefused, match="only a release approved can be promoted"):
+        actions.promote(release, bob)
+
+
+def test_an_approved_release_whose_engine_turns_stale_goes_back_to_review(
+    version, device_class, erin, bob
+):
+    release = in_review(ready_engine(version, device_class), erin)
+    actions.review(release, bob, "approve")
+    release.engine.status = EngineStatus.STALE
+    release.engine.save()
+
+    with pytest.raises(ReleaseRefused, match="only a release approved can be promoted"):
+        actions.promote(release, bob)
+    release.refresh_from_db()
+    assert release.state == ReleaseState.IN_REVIEW
+    assert release.state_reason == "Its engine turned stale after approval."
+    assert actions.approvals(release) == []  # the earlier approval no longer counts
+
+
+def test_in_the_browser_pages_alice_proposes_bob_approves_alice_promotes(
+    client, version, device_class, alice, bob
+):
+    engine = ready_engine(version, device_class)
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(engine.get_absolute_url()).content.decode()
+    assert 'id="propose-form"' in page and "ready to propose" in page
+
+    response = client.post(f"/engines/{engine.pk}/propose", {"note": "best build"})
+    release = Release.objects.get()
+    assert response["Location"] == release.get_absolute_url()
+    client.post(f"/releases/{release.pk}/submit")
+    page = client.get(release.get_absolute_url()).content.decode()
+    assert 'data-state="in-review"' in page and "another reviewer decides" in page
+    assert client.post(f"/releases/{release.pk}/review", {"decision": "approve"}).status_code == 403
+
+    client.logout()
+    client.login(username="bob", password=PASSWORD)
+    client.post(f"/releases/{release.pk}/review", {"decision": "approve", "comment": "ok"})
+    client.logout()
+    client.login(username="alice", password=PASSWORD)
+    client.post(f"/releases/{release.pk}/promote")
+
+    page = client.get(release.get_absolute_url()).content.decode()
+    assert 'data-state="production"' in page and "ok" in page
+    engine_page = client.get(engine.get_absolute_url()).content.decode()
+    assert f'href="{release.get_absolute_url()}"' in engine_page and "Production" in engine_page
+
+
+def test_a_refusal_is_said_on_the_page_and_changes_nothing(
+    client, version, device_class, erin, bob
+):
+    release = in_review(ready_engine(version, device_class), erin)
+    client.login(username="bob", password=PASSWORD)
+
+    response = client.post(f"/releases/{release.pk}/promote", follow=True)
+
+    assert "only a release approved can be promoted" in response.content.decode()
+    release.refresh_from_db()
+    assert release.state == ReleaseState.IN_REVIEW
+
+
+def test_other_teams_see_nothing(client, version, device_class, erin, charlie):
+    release = in_review(ready_engine(version, device_class), erin)
+    client.login(username="charlie", password=PASSWORD)
+
+    assert client.get(release.get_absolute_url()).status_code == 404
+    assert client.post(f"/releases/{release.pk}/promote").status_code == 404
+    assert client.post(f"/engines/{release.engine.pk}/propose").status_code == 404
