@@ -4,7 +4,7 @@ from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.evaluation.models import AccuracyRun
 from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun
-from tests.auto_builds import job_of
+from tests.auto_builds import engine_of, job_of
 from tests.benchmark_results import LATENCY, result
 
 
@@ -42,3 +42,14 @@ def benchmarked(engine, p99):
     BenchmarkRun.record(
         job_of(engine.model_version, engine.device_class, JobKind.BENCHMARK, engine), body
     )
+
+
+def ready_engine(version, device_class, name="fp32"):
+    """An engine whose four release gates are open."""
+    device_class.frame_budget_ms = 20.0
+    device_class.save()
+    engine = engine_of(version, device_class, name)
+    passed_parity(engine)
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)
+    return engine

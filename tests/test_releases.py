@@ -10,7 +10,7 @@ from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import Event, Role
 from tests.auto_builds import engine_of
 from tests.conftest import PASSWORD, make_user
-from tests.gate_evidence import benchmarked, evaluated, passed_parity
+from tests.gate_evidence import benchmarked, evaluated, ready_engine
 
 pytestmark = pytest.mark.django_db
 
@@ -25,17 +25,6 @@ def erin(demo_team):
 def rita(demo_team):
     """Rita is a second reviewer."""
     return make_user("rita", demo_team, Role.REVIEWER)
-
-
-def ready_engine(version, device_class, name="fp32"):
-    """An engine whose four release gates are open."""
-    device_class.frame_budget_ms = 20.0
-    device_class.save()
-    engine = engine_of(version, device_class, name)
-    passed_parity(engine)
-    evaluated(engine, agreement=0.999)
-    benchmarked(engine, p99=15.0)
-    return engine
 
 
 def in_review(engine, author):
