@@ -1,12 +1,15 @@
-"""The account page: personal API tokens."""
+"""The account page (personal API tokens), the team's audit trail and its settings."""
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.teams.models import ApiToken
+from deployhub.teams.access import current_team, require_role
+from deployhub.teams.audit import events_csv, filtered_events
+from deployhub.teams.models import ApiToken, Event, Role
 
 
 class TokenForm(forms.Form):
@@ -37,3 +40,62 @@ def revoke_token(request, pk):
     record.delete()
     messages.success(request, f"Token {record.name} revoked.")
     return redirect("api_tokens")
+
+
+def _team(request):
+    team = current_team(request)
+    if team is None:
+        raise Http404("You are not a member of any team yet.")
+    return team
+
+
+@login_required
+def audit(request):
+    """Every state change of the team, newest first, with filters in the URL."""
+    team = _team(request)
+    events, form = filtered_events(team, request.GET)
+    context = {"events": events[:500], "total": events.count(), "form": form, "team": team}
+    return render(request, "teams/audit.html", context)
+
+
+@login_required
+def audit_csv(request):
+    team = _team(request)
+    events, _ = filtered_events(team, request.GET)
+    response = HttpResponse(events_csv(events), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-audit.csv"'
+    return response
+
+
+class SettingsForm(forms.Form):
+    approvals_required = forms.IntegerField(
+        min_value=1,
+        max_value=10,
+        help_text="Approvals a release needs, from reviewers other than its author.",
+    )
+
+
+@login_required
+def team_settings(request):
+    """The team's settings (admins change them): how many approvals a release needs."""
+    team = _team(request)
+    form = SettingsForm(initial={"approvals_required": team.approvals_required})
+    if request.method == "POST":
+        require_role(request.user, team, Role.ADMIN)
+        form = SettingsForm(request.POST)
+        if form.is_valid():
+            before = team.approvals_required
+            team.approvals_required = form.cleaned_data["approvals_required"]
+            team.save(update_fields=["approvals_required"])
+            Event.record(
+                team,
+                request.user,
+                "team.settings",
+                team,
+                before={"approvals_required": before},
+                after={"approvals_required": team.approvals_required},
+            )
+            messages.success(request, "Settings saved.")
+            return redirect("team_settings")
+    status = 400 if form.errors else 200
+    return render(request, "teams/settings.html", {"form": form, "team": team}, status=status)

@@ -1,0 +1,92 @@
+"""The team's audit trail: every change listed with filters and CSV; nothing edits an event."""
+
+import csv
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from deployhub.teams.models import Event
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def trail(demo_team, version, alice, bob):
+    Event.record(demo_team, alice, "release.proposed", version, before=None, after="draft")
+    Event.record(demo_team, bob, "release.review.approve", version, comment="fine")
+    Event.record(demo_team, "device:edge-1", "job.failed", version)
+    return demo_team
+
+
+def rows(response):
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+def test_the_page_lists_the_teams_events_and_filters_them(client, trail, alice, charlie):
+    Event.record(charlie.memberships.get().team, charlie, "release.proposed", charlie)
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get("/team/audit/").content.decode()
+    assert "release.proposed" in page and "release.review.approve" in page and "job.failed" in page
+    assert page.count("release.proposed") == 1  # not the other team's
+    by_bob = client.get("/team/audit/", {"actor": "bob"}).content.decode()
+    assert "release.review.approve" in by_bob and "job.failed" not in by_bob
+    releases = client.get("/team/audit/", {"verb": "release."}).content.decode()
+    assert "job.failed" not in releases and "release.proposed" in releases
+    nothing = client.get("/team/audit/", {"until": "2000-01-01"}).content.decode()
+    assert "No events match." in nothing
+
+
+def test_the_csv_carries_the_same_filtered_rows(client, trail, alice):
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.get("/team/audit.csv", {"verb": "release."})
+
+    assert response["Content-Disposition"] == 'attachment; filename="demo-audit.csv"'
+    got = rows(response)
+    assert [row["verb"] for row in got] == ["release.review.approve", "release.proposed"]
+    assert got[1]["after"] == "draft" and got[1]["actor"] == "alice"
+
+
+def test_a_bad_filter_is_said_and_changes_nothing(client, trail, alice):
+    client.login(username="alice", password=PASSWORD)
+    before = Event.objects.count()
+
+    response = client.get("/team/audit/", {"since": "not-a-date"})
+
+    assert response.status_code == 200 and "Enter a valid date" in response.content.decode()
+    assert Event.objects.count() == before
+
+
+def test_no_path_edits_or_deletes_an_event(client, trail, alice):
+    event, before = Event.objects.first(), Event.objects.count()
+    with pytest.raises(TypeError, match="append-only"):
+        Event.objects.filter(pk=event.pk).update(verb="x")
+    with pytest.raises(TypeError, match="append-only"):
+        Event.objects.filter(pk=event.pk).delete()
+    event.verb = "x"
+    with pytest.raises(TypeError, match="append-only"):
+        event.save()
+    get_user_model().objects.filter(username="alice").update(is_staff=True, is_superuser=True)
+    client.login(username="alice", password=PASSWORD)
+    change = f"/admin/teams/event/{event.pk}/change/"
+    assert client.post(change, {"verb": "x"}).status_code == 403
+    assert client.post(f"/admin/teams/event/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert client.post("/team/audit/", {"verb": "x"}).status_code == 200  # a GET-only view
+    assert Event.objects.filter(verb="x").count() == 0 and Event.objects.count() == before
+
+
+def test_only_an_admin_sets_how_many_approvals_a_release_needs(client, demo_team, alice, bob):
+    client.login(username="bob", password=PASSWORD)
+    assert client.post("/team/settings/", {"approvals_required": 2}).status_code == 403
+    client.login(username="alice", password=PASSWORD)
+    assert client.post("/team/settings/", {"approvals_required": 0}).status_code == 400
+
+    client.post("/team/settings/", {"approvals_required": 2})
+
+    demo_team.refresh_from_db()
+    assert demo_team.approvals_required == 2
+    event = Event.objects.get(verb="team.settings")
+    assert event.data == {"before": {"approvals_required": 1}, "after": {"approvals_required": 2}}
