@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployhub.api import catalog, fleet, parity, pipelines, protocol, results
+from deployhub.api import catalog, fleet, parity, pipelines, production, protocol, results
 
 urlpatterns = [
     path("device", protocol.whoami, name="api_whoami"),
@@ -37,4 +37,9 @@ urlpatterns = [
     path("auto-runs/<int:pk>", pipelines.auto_run_detail, name="api_auto_run"),
     path("jobs/<int:pk>", pipelines.job_detail, name="api_job"),
     path("device-classes", pipelines.device_classes, name="api_device_classes"),
+    path(
+        "device-classes/<slug:slug>/production",
+        production.device_class_production,
+        name="api_device_class_production",
+    ),
 ]
