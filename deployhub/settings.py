@@ -186,6 +186,17 @@ DEPLOYHUB_HEARTBEAT_INTERVAL = env_int("DEPLOYHUB_HEARTBEAT_INTERVAL", 10)
 # A device missing heartbeats for this long is shown offline.
 DEPLOYHUB_OFFLINE_AFTER = env_int("DEPLOYHUB_OFFLINE_AFTER", 35)
 
+# Email (release reviews and decisions): printed to the console unless SMTP is configured.
+EMAIL_BACKEND = env_str("DEPLOYHUB_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("DEPLOYHUB_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("DEPLOYHUB_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("DEPLOYHUB_EMAIL_USER")
+EMAIL_HOST_PASSWORD = env_str("DEPLOYHUB_EMAIL_PASSWORD")
+EMAIL_USE_TLS = env_bool("DEPLOYHUB_EMAIL_TLS")
+DEFAULT_FROM_EMAIL = env_str("DEPLOYHUB_EMAIL_FROM", "deployhub@localhost")
+# Where people reach the hub, for links in email.
+DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")
+
 if PRODUCTION:
     SESSION_COOKIE_SECURE = env_bool("DEPLOYHUB_SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

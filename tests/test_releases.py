@@ -241,3 +241,28 @@ def test_other_teams_see_nothing(client, version, device_class, erin, charlie):
     assert client.get(release.get_absolute_url()).status_code == 404
     assert client.post(f"/releases/{release.pk}/promote").status_code == 404
     assert client.post(f"/engines/{release.engine.pk}/propose").status_code == 404
+
+
+def test_reviewers_hear_of_a_release_in_review_and_its_author_of_each_decision(
+    version, device_class, erin, bob, alice, mailoutbox, django_capture_on_commit_callbacks
+):
+    for user, address in ((erin, "erin@example.com"), (bob, "bob@example.com")):
+        user.email = address
+        user.save()
+    alice.email = "alice@example.com"
+    alice.save()
+    release = actions.propose(ready_engine(version, device_class), erin, "please look")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.submit(release, erin)
+    assert len(mailoutbox) == 1
+    assert sorted(mailoutbox[0].to) == ["alice@example.com", "bob@example.com"]
+    assert f"Review release #{release.pk}" in mailoutbox[0].subject
+    assert f"http://127.0.0.1:8000/releases/{release.pk}/" in mailoutbox[0].body
+
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.review(release, bob, "request_changes", "evaluate on real images")
+    assert mailoutbox[1].to == ["erin@example.com"]
+    assert "request changes" in mailoutbox[1].subject and "evaluate on real images" in (
+        mailoutbox[1].body
+    )

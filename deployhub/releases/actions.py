@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import EngineStatus
+from deployhub.releases import notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
@@ -55,6 +56,7 @@ def submit(release, user):
     require_role(user, release.team, Role.ENGINEER)
     _require_state(release, "submitted for review", ReleaseState.DRAFT)
     release.submitted_at = timezone.now()
+    notify.entered_review(release)
     return _move(
         release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review."
     )
@@ -72,7 +74,10 @@ def review(release, user, decision, comment=""):
         names = ", ".join(f"{gate.name} ({gate.label.lower()})" for gate in blocking)
         raise ReleaseRefused(f"Approval is blocked by the release gates: {names}.")
     with transaction.atomic():
-        Review.objects.create(release=release, reviewer=user, decision=decision, comment=comment)
+        decision_made = Review.objects.create(
+            release=release, reviewer=user, decision=decision, comment=comment
+        )
+        notify.decided(release, decision_made)
         _record(release, user, f"release.review.{decision}", release.state, comment=comment)
         if decision == Decision.REJECT:
             return _move(release, user, ReleaseState.REJECTED, "release.rejected", comment)
