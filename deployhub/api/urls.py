@@ -1,6 +1,15 @@
 from django.urls import path
 
-from deployhub.api import catalog, fleet, parity, pipelines, production, protocol, results
+from deployhub.api import (
+    catalog,
+    fleet,
+    parity,
+    pipelines,
+    production,
+    protocol,
+    releases,
+    results,
+)
 
 urlpatterns = [
     path("device", protocol.whoami, name="api_whoami"),
@@ -42,4 +51,12 @@ urlpatterns = [
         production.device_class_production,
         name="api_device_class_production",
     ),
+    path("engines/<int:pk>/releases", releases.engine_releases, name="api_engine_releases"),
+    path("releases/<int:pk>", releases.release_detail, name="api_release"),
+    path("releases/<int:pk>/submit", releases.release_submit, name="api_release_submit"),
+    path("releases/<int:pk>/reviews", releases.release_reviews, name="api_release_reviews"),
+    path("releases/<int:pk>/override", releases.release_override, name="api_release_override"),
+    path("releases/<int:pk>/promote", releases.release_promote, name="api_release_promote"),
+    path("releases/<int:pk>/rollback", releases.release_rollback, name="api_release_rollback"),
+    path("models/<int:pk>/releases", releases.model_releases, name="api_model_releases"),
 ]
