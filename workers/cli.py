@@ -1,18 +1,24 @@
-"""The `deployhub-worker` command: run a device worker, show its fingerprint, self-test."""
+"""The `deployhub-worker` command: run a device worker, show its fingerprint, self-test,
+fetch the production engines this device may run."""
 
 import argparse
 import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
-from workers import fingerprint, selftest
+from workers import fingerprint, selftest, signing
 from workers.app import CONTEXT, app, configure
 from workers.backends.known import BACKENDS, UnknownBackend
 from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
+from workers.errors import JobError
 
 logger = logging.getLogger("workers.cli")
 
@@ -83,6 +89,99 @@ def run_selftest(args):
     return 0 if selftest.all_ok(document) else 1
 
 
+def fetch_production(args):
+    """Download the production engines this device may run, verify them, write them to --out.
+
+    All or nothing: every engine is downloaded and its size, sha256 and the hub's
+    signature checked in a scratch folder beside --out before anything lands
+    there, then each engine and its manifest (model-<id>.json, written last) are
+    moved in by rename. Exit 1 with the reason when the hub has no production
+    release, the device cannot run one (409), or a file fails a check; 2 for a
+    missing or refused token.
+    """
+    if not args.hub or not args.token:
+        _say("--hub and --token are required (or DEPLOYHUB_HUB_URL and DEPLOYHUB_DEVICE_TOKEN)")
+        return 2
+    client = HubClient(args.hub, args.token)
+    try:
+        device = client.whoami()
+        entries = _production_entries(client, device, args.model)
+        written = _fetch_all(client, entries, device.get("signing_public_key"), args)
+    except Unauthorized as error:
+        _say(f"the hub refused this token: {error.message}")
+        return 2
+    except (HubError, JobError, OSError) as error:
+        _say(f"nothing fetched: {error}")
+        return 1
+    for manifest in written:
+        print(
+            f"model {manifest['model']['name']} v{manifest['version']['number']}: engine "
+            f"{manifest['engine']} of release {manifest['release']} -> {manifest['file']}"
+        )
+    return 0
+
+
+def _production_entries(client, device, model):
+    """Return the hub's production entries; raise JobError when one may not run here."""
+    answer = client.production(device["device_class"], model)
+    entries = [answer] if model is not None else answer.get("releases") or []
+    refused = [entry for entry in entries if not entry.get("engine")]
+    if refused:
+        raise JobError("; ".join(f"{e['model']['name']}: {e['error']}" for e in refused))
+    return entries
+
+
+def _fetch_all(client, entries, public_key, args):
+    """Download and verify every engine in a scratch folder beside args.out, then move them in."""
+    if not public_key:
+        raise JobError("the hub sent no signing_public_key: engines cannot be verified")
+    out = Path(args.out)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        files = [_download_verified(client, entry, public_key, scratch) for entry in entries]
+        out.mkdir(exist_ok=True)
+        return [
+            _move_in(entry, path, out, args.hub) for entry, path in zip(entries, files, strict=True)
+        ]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _download_verified(client, entry, public_key, scratch):
+    """Download one entry's engine into scratch; check size, sha256 and signature."""
+    engine = entry["engine"]
+    path = scratch / f"engine-{engine['id']}"
+    client.download_engine(engine["id"], path, engine["sha256"], engine["size"])
+    signing.verify(engine["sha256"], engine.get("signature") or "", public_key)
+    return path
+
+
+def _move_in(entry, path, out, hub):
+    """Rename the verified engine into out, then write its manifest the same way; return it."""
+    engine = entry["engine"]
+    os.replace(path, out / path.name)
+    manifest = {
+        "release": entry["release"]["id"],
+        "engine": engine["id"],
+        "file": path.name,
+        "backend": engine["backend"],
+        "build_config": engine["build_config"],
+        "sha256": engine["sha256"],
+        "signature": engine["signature"],
+        "size": engine["size"],
+        "model": entry["model"],
+        "version": entry["version"],
+        "device_class": entry["device_class"],
+        "fetched_at": datetime.now(UTC).isoformat(),
+        "hub": hub,
+    }
+    target = out / f"model-{entry['model']['id']}.json"
+    partial = path.with_name(target.name)
+    partial.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(partial, target)
+    return manifest
+
+
 def _parser():
     """Return the argument parser of the command and its subcommands."""
     parser = argparse.ArgumentParser(prog="deployhub-worker", description=__doc__)
@@ -105,6 +204,16 @@ def _parser():
             metavar="FILE",
             help="JSON merged over the collected fingerprint (tests, upgrade rehearsals)",
         )
+    fetch_parser = commands.add_parser(
+        "fetch-production", help="download and verify the production engines this device runs"
+    )
+    fetch_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
+    fetch_parser.add_argument("--token", default=env("DEPLOYHUB_DEVICE_TOKEN"), help="device token")
+    fetch_parser.add_argument("--out", required=True, metavar="DIR", help="folder to write to")
+    fetch_parser.add_argument(
+        "--model", type=int, metavar="ID", help="this model only (default: every model)"
+    )
+    fetch_parser.set_defaults(func=fetch_production)
     selftest_parser = commands.add_parser(
         "selftest", help="build, load and run a tiny model with each backend; print JSON"
     )

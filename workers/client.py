@@ -94,6 +94,15 @@ class HubClient:
         except Conflict as refused:
             raise EngineRefused(refused.message) from refused
 
+    def production(self, device_class, model=None):
+        """Return the production engine(s) this device can run on its class (docs/protocol.md).
+
+        With a model id, that model's only (409, as Conflict, when the device
+        cannot run it); without, every model's, each entry saying whether it runs.
+        """
+        params = {} if model is None else {"model": model}
+        return self._json("GET", f"device-classes/{device_class}/production", params=params)
+
     def _download(self, path, name, dest_path, sha256, size):
         """Stream a file to dest_path and verify its size and sha256; leave nothing if wrong."""
         dest_path = Path(dest_path)

@@ -90,7 +90,8 @@ def _refusal(release, fingerprint):
     if runs:  # the key matches: only a revocation stops it
         reason = f"The production engine #{release.engine_id} was revoked."
     job = queued_rebuild(release)
-    reason += " A rebuild is queued." if job else " No rebuild is queued."
+    queued = "A rebuild is queued." if job else "No rebuild is queued."
+    reason = f"{reason.rstrip('.')}. {queued}"
     return {
         "error": reason,
         "differences": diffs,
