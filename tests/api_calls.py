@@ -8,9 +8,9 @@ from deployhub.teams.models import ApiToken
 from tests.conftest import ASSETS
 
 
-def token_for(user):
-    """Issue user a personal API token; return the headers that send it."""
-    record = ApiToken(user=user, name="test")
+def token_for(user, scope="full"):
+    """Issue user a personal API token (full, or "pipeline"); return the headers that send it."""
+    record = ApiToken(user=user, name="test", scope=scope)
     token = record.issue()
     record.save()
     return {"HTTP_AUTHORIZATION": f"Bearer {token}"}

@@ -287,3 +287,38 @@ def test_it_needs_a_personal_token(client, version, device_class, erin):
 
     assert client.get(f"/api/v1/releases/{release}").status_code == 401
     assert client.post(f"/api/v1/releases/{release}/submit").status_code == 401
+
+
+def test_a_pipeline_token_requests_a_release_but_never_decides_one(
+    client, version, device_class, alice, erin, bob
+):
+    engine = ready_engine(version, device_class)
+    pipeline = token_for(alice, scope="pipeline")  # an admin's, and still only a pipeline's
+    response = client.post(
+        f"/api/v1/engines/{engine.pk}/releases",
+        json.dumps({"note": "from CI"}),
+        content_type="application/json",
+        **pipeline,
+    )
+    assert response.status_code == 201
+    release = response.json()["id"]
+    submitted = client.post(
+        f"/api/v1/releases/{release}/submit", "{}", content_type="application/json", **pipeline
+    )
+    assert submitted.status_code == 200
+
+    for action, body in (
+        ("reviews", {"decision": "approve"}),
+        ("override", {"gate": "parity", "justification": "x"}),
+        ("promote", {}),
+        ("rollback", {"reason": "x"}),
+    ):
+        response = client.post(
+            f"/api/v1/releases/{release}/{action}",
+            json.dumps(body),
+            content_type="application/json",
+            **token_for(bob, scope="pipeline"),
+        )
+        assert response.status_code == 403, action
+        assert "need a full token" in response.json()["error"]
+    assert Release.objects.get().state == ReleaseState.IN_REVIEW

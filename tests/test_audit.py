@@ -90,3 +90,15 @@ def test_only_an_admin_sets_how_many_approvals_a_release_needs(client, demo_team
     assert demo_team.approvals_required == 2
     event = Event.objects.get(verb="team.settings")
     assert event.data == {"before": {"approvals_required": 1}, "after": {"approvals_required": 2}}
+
+
+def test_a_token_is_created_with_its_scope_and_its_life_is_in_the_trail(client, demo_team, alice):
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.post("/account/tokens/", {"name": "ci", "scope": "pipeline"}).content.decode()
+
+    token = alice.api_tokens.get()
+    assert token.scope == "pipeline" and "<td>pipeline</td>" in page
+    client.post(f"/account/tokens/{token.pk}/revoke")
+    verbs = list(Event.objects.filter(target_type="apitoken").values_list("verb", "data__scope"))
+    assert sorted(verbs) == [("token.created", "pipeline"), ("token.revoked", "pipeline")]

@@ -18,7 +18,7 @@ from deployhub.jobs.models import Job
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.golden import GoldenError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
-from deployhub.teams.models import ApiToken
+from deployhub.teams.models import ApiToken, TokenScope
 
 
 class BadInput(Exception):
@@ -66,7 +66,7 @@ def token_required(view):
                 "(create one under Account → API tokens).",
             )
         ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
-        request.user = record.user
+        request.user, request.token_scope = record.user, record.scope
         try:
             return view(request, *args, **kwargs)
         except PermissionDenied as exc:
@@ -104,5 +104,21 @@ def device_required(view):
             return error(400, str(exc))
         except Job.DoesNotExist:
             return error(404, "No such job.")
+
+    return wrapper
+
+
+def not_for_pipelines(view):
+    """Refuse a pipeline-scoped token (403): it may request a release, never decide one."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if getattr(request, "token_scope", TokenScope.FULL) == TokenScope.PIPELINE:
+            return error(
+                403,
+                "A pipeline token may upload, build, benchmark and request a release; "
+                "reviewing, overriding a gate, promoting and rolling back need a full token.",
+            )
+        return view(request, *args, **kwargs)
 
     return wrapper

@@ -11,7 +11,7 @@ from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, error, json_body, token_required
+from deployhub.api.auth import BadInput, error, json_body, not_for_pipelines, token_required
 from deployhub.engines.access import get_engine_for_user
 from deployhub.registry.access import get_model_for_user
 from deployhub.releases import actions
@@ -100,6 +100,7 @@ def release_submit(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@not_for_pipelines
 @release_rules
 def release_reviews(request, pk):
     """Body {"decision": "approve | request_changes | reject", "comment": "..."}; 201."""
@@ -113,6 +114,7 @@ def release_reviews(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@not_for_pipelines
 @release_rules
 def release_override(request, pk):
     """Body {"gate": "<name>", "justification": "..."}: an admin lets one failed gate pass; 201."""
@@ -124,6 +126,7 @@ def release_override(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@not_for_pipelines
 @release_rules
 def release_promote(request, pk):
     release = get_release_for_user(request, pk)
@@ -133,6 +136,7 @@ def release_promote(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@not_for_pipelines
 @release_rules
 def release_rollback(request, pk):
     """Body {"reason": "..."}: roll the production release back; the one it replaced returns."""

@@ -119,13 +119,25 @@ class ApiTokenQuerySet(models.QuerySet):
         return self.select_related("user").filter(token_hash=digest, user__is_active=True).first()
 
 
+class TokenScope(models.TextChoices):
+    """What a personal token may do: everything its user may, or what a CI pipeline needs."""
+
+    FULL = "full", "Full: everything you may do"
+    PIPELINE = "pipeline", "Pipeline: upload, build, benchmark, request a release"
+
+
 class ApiToken(models.Model):
-    """A personal API token: it acts as its user, with the user's roles. Shown once."""
+    """A personal API token: it acts as its user, with the user's roles. Shown once.
+
+    A pipeline-scoped token may upload, build, benchmark and request a release, but
+    never review, override a gate, promote or roll back (deployhub/api/auth.py).
+    """
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     name = models.CharField(max_length=100)
+    scope = models.CharField(max_length=10, choices=TokenScope.choices, default=TokenScope.FULL)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     token_hint = models.CharField(max_length=12, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)

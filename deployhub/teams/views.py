@@ -7,13 +7,14 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.teams.access import current_team, require_role
+from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.audit import events_csv, filtered_events
-from deployhub.teams.models import ApiToken, Event, Role
+from deployhub.teams.models import ApiToken, Event, Role, TokenScope
 
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What the token is for, e.g. ci-upload.")
+    scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.FULL)
 
 
 @login_required
@@ -23,9 +24,11 @@ def api_tokens(request):
     if request.method == "POST":
         form = TokenForm(request.POST)
         if form.is_valid():
-            record = ApiToken(user=request.user, name=form.cleaned_data["name"])
+            data = form.cleaned_data
+            record = ApiToken(user=request.user, name=data["name"], scope=data["scope"])
             new_token = record.issue()
             record.save()
+            _record_token(request.user, "token.created", record)
             form = TokenForm()
     tokens = request.user.api_tokens.all()
     return render(
@@ -37,9 +40,16 @@ def api_tokens(request):
 @require_POST
 def revoke_token(request, pk):
     record = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    _record_token(request.user, "token.revoked", record)
     record.delete()
     messages.success(request, f"Token {record.name} revoked.")
     return redirect("api_tokens")
+
+
+def _record_token(user, verb, record):
+    """Record a token's creation or revocation in each of its user's teams (tokens are personal)."""
+    for team in teams_of(user):
+        Event.record(team, user, verb, record, name=record.name, scope=record.scope)
 
 
 def _team(request):
