@@ -6,7 +6,7 @@ import io
 import pytest
 from django.contrib.auth import get_user_model
 
-from deployhub.teams.models import Event
+from deployhub.teams.models import Event, Role
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +102,18 @@ def test_a_token_is_created_with_its_scope_and_its_life_is_in_the_trail(client, 
     client.post(f"/account/tokens/{token.pk}/revoke")
     verbs = list(Event.objects.filter(target_type="apitoken").values_list("verb", "data__scope"))
     assert sorted(verbs) == [("token.created", "pipeline"), ("token.revoked", "pipeline")]
+
+
+def test_role_changes_are_in_the_trail_however_they_are_made(demo_team, alice, bob):
+    membership = bob.memberships.get()
+    membership.role = Role.ADMIN
+    membership.save()
+    membership.save()  # saving the same role again is not a change
+    membership.delete()
+
+    events = Event.objects.filter(target_type="membership", data__user="bob").order_by("id")
+    assert [(e.verb, e.data["before"], e.data["after"]) for e in events] == [
+        ("membership.added", None, "reviewer"),
+        ("membership.role_changed", "reviewer", "admin"),
+        ("membership.removed", "admin", None),
+    ]
