@@ -75,6 +75,7 @@ urlpatterns = [
     path("releases/<int:pk>/override", release_views.release_override, name="release_override"),
     path("releases/<int:pk>/promote", release_views.release_promote, name="release_promote"),
     path("releases/<int:pk>/rollback", release_views.release_rollback, name="release_rollback"),
+    path("releases/<int:pk>/evidence", release_views.release_evidence, name="release_evidence"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),

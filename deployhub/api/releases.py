@@ -1,4 +1,5 @@
-"""API v1 for releases: propose, submit, review, override, promote and roll back, by token.
+"""API v1 for releases: propose, submit, review, override, promote, roll back and refresh the
+evidence pack, by token.
 
 The views read the body and answer; deployhub/releases/actions.py checks every
 rule. A refusal by the release's state, gates or quorum (ReleaseRefused) is 409,
@@ -146,6 +147,16 @@ def release_rollback(request, pk):
     return _answer(request, release)
 
 
+@require_http_methods(["POST"])
+@token_required
+@release_rules
+def release_evidence(request, pk):
+    """Recompute the release's evidence pack from the stored runs (engineers and up)."""
+    release = get_release_for_user(request, pk)
+    _fields(request)
+    return _answer(request, actions.refresh_evidence(release, request.user))
+
+
 def _answer(request, release, status=200):
     response = JsonResponse(release_json(request, release), status=status)
     if status == 201:
@@ -181,6 +192,8 @@ def release_json(request, release):
             "count": len(actions.approvals(release)),
             "required": release.team.approvals_required,
         },
+        "evidence": release.evidence or None,
+        "evidence_at": _time(release.evidence_at),
         "created_at": _time(release.created_at),
         "submitted_at": _time(release.submitted_at),
         "promoted_at": _time(release.promoted_at),

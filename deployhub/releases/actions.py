@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import EngineStatus
-from deployhub.releases import notify
+from deployhub.releases import evidence, notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
@@ -57,9 +57,16 @@ def submit(release, user):
     _require_state(release, "submitted for review", ReleaseState.DRAFT)
     release.submitted_at = timezone.now()
     notify.entered_review(release)
-    return _move(
-        release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review."
-    )
+    _move(release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review.")
+    return evidence.store(release)
+
+
+def refresh_evidence(release, user):
+    """Recompute the release's evidence pack from the stored runs (engineers and up)."""
+    require_role(user, release.team, Role.ENGINEER)
+    evidence.store(release)
+    _record(release, user, "release.evidence_refreshed", release.state)
+    return release
 
 
 def review(release, user, decision, comment=""):
@@ -83,7 +90,7 @@ def review(release, user, decision, comment=""):
             return _move(release, user, ReleaseState.REJECTED, "release.rejected", comment)
         if decision == Decision.REQUEST_CHANGES:
             return _move(release, user, ReleaseState.DRAFT, "release.changes_requested", comment)
-        return _approve_when_quorate(release, user)
+        return evidence.store(_approve_when_quorate(release, user))
 
 
 def override_gate(release, user, gate, justification):
@@ -161,6 +168,7 @@ def recheck(release):
     if why:
         release.submitted_at = timezone.now()
         _move(release, None, ReleaseState.IN_REVIEW, "release.back_to_review", why)
+        evidence.store(release)
     return release
 
 

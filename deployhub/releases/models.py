@@ -70,6 +70,12 @@ class Release(models.Model):
     )
     submitted_at = models.DateTimeField(null=True, blank=True)
     promoted_at = models.DateTimeField(null=True, blank=True)
+    evidence = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The evidence pack (releases/evidence.py), kept from when it entered review.",
+    )
+    evidence_at = models.DateTimeField(null=True, blank=True, help_text="When it was computed.")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

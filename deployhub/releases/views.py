@@ -1,4 +1,5 @@
-"""The release page and its actions: propose, submit, review, override, promote, roll back."""
+"""The release page and its actions: propose, submit, review, override, promote, roll back,
+and refresh its evidence pack."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -6,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.engines.access import get_engine_for_user
+from deployhub.gates import GateStatus
 from deployhub.releases import actions
 from deployhub.releases.access import get_release_for_user
 from deployhub.releases.forms import OverrideForm, ProposeForm, ReviewForm, RollbackForm
@@ -54,9 +56,33 @@ def _context(release):
         "approvals": actions.approvals(release),
         "overrides": release.overrides.select_related("by"),
         "production": actions.production_of(release.model, release.device_class),
+        "checklist": [_drawn(step) for step in release.evidence.get("checklist", [])],
+        "evidence_sections": _evidence_sections(release.evidence),
         "review_form": ReviewForm(),
         "rollback_form": RollbackForm(),
         "override_form": OverrideForm(),
+    }
+
+
+def _evidence_sections(pack):
+    """The evidence pack's items after the checklist, in the order the page draws them."""
+    if not pack:
+        return []
+    sections = [
+        ("Release gates", pack["gates"]),
+        ("Devices", [pack["compatibility"], *pack["devices"]]),
+        ("Memory and stability", [pack["memory"], pack["stability"]]),
+        ("Against production", [pack["production"]]),
+    ]
+    return [(title, [_drawn(entry) for entry in entries]) for title, entries in sections]
+
+
+def _drawn(entry):
+    """An evidence item with its status's label and colour, for a badge."""
+    return {
+        **entry,
+        "label": GateStatus.label(entry["status"]),
+        "color": GateStatus.color(entry["status"]),
     }
 
 
@@ -119,4 +145,15 @@ def release_rollback(request, pk):
         pk,
         lambda r: actions.rollback(r, request.user, reason),
         "Rolled back: the previous release is production again.",
+    )
+
+
+@login_required
+@require_POST
+def release_evidence(request, pk):
+    return _act(
+        request,
+        pk,
+        lambda r: actions.refresh_evidence(r, request.user),
+        "Evidence recomputed from the stored runs.",
     )
