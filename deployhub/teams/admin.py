@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from deployhub.teams.models import Event, Membership, Team
+from deployhub.teams.models import Event, Membership, Team, Webhook, WebhookDelivery
 
 
 class MembershipInline(admin.TabularInline):
@@ -29,4 +29,26 @@ class EventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    """The secret stays off this page; an admin reads it once, on the team settings page."""
+
+    list_display = ["url", "team", "events", "active", "created_by", "created_at"]
+    list_filter = ["team", "active"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Deliveries are what happened: read-only."""
+
+    list_display = ["created_at", "webhook", "event", "attempt", "state", "status_code"]
+    list_filter = ["state", "webhook__team"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

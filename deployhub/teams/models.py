@@ -2,9 +2,13 @@
 
 import hashlib
 import secrets
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from deployhub.choices import ChoiceSet
 
 
 class Role(models.IntegerChoices):
@@ -93,6 +97,9 @@ class Event(models.Model):
         if self.pk is not None:
             raise TypeError("Events are append-only.")
         super().save(*args, **kwargs)
+        from deployhub.teams.webhooks import announce_on_commit  # it imports these models
+
+        announce_on_commit(self)
 
     @classmethod
     def record(cls, team, actor, verb, target, **data):
@@ -157,3 +164,113 @@ class ApiToken(models.Model):
         self.token_hash = hashlib.sha256(token.encode()).hexdigest()
         self.token_hint = token[: len(API_TOKEN_PREFIX) + 4]
         return token
+
+
+def validate_webhook_url(value):
+    """Accept only an http or https URL that names a host."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(
+            "Enter an http:// or https:// URL with a host, e.g. https://ci.example.com/hook.",
+            code="invalid_webhook_url",
+        )
+
+
+def new_webhook_secret():
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+class WebhookQuerySet(models.QuerySet):
+    def matching(self, event):
+        """Return the team's active webhooks that want this event, by its verb."""
+        webhooks = self.filter(team_id=event.team_id, active=True)
+        return [webhook for webhook in webhooks if webhook.matches(event.verb)]
+
+
+class Webhook(models.Model):
+    """A team's outgoing webhook: its events, chosen by verb prefix, POSTed signed to a URL.
+
+    The secret signs each delivery (deployhub/teams/webhooks.py); it is kept as is
+    because signing needs it, and shown once, when the webhook is added.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.CharField(max_length=500, validators=[validate_webhook_url])
+    secret = models.CharField(max_length=64, default=new_webhook_secret, editable=False)
+    events = models.JSONField(
+        default=list, blank=True, help_text="Verb prefixes, e.g. release. or job.failed; none: all."
+    )
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WebhookQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self):
+        return self.url
+
+    def matches(self, verb):
+        """Tell whether an event with this verb goes to this webhook."""
+        return not self.events or any(verb.startswith(prefix) for prefix in self.events)
+
+    @property
+    def secret_hint(self):
+        return self.secret[:10]
+
+
+class DeliveryState(ChoiceSet):
+    PENDING = "pending"
+    SENDING = "sending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CHOICES = (
+        (PENDING, "Pending", "grey"),
+        (SENDING, "Sending", "blue"),
+        (SUCCEEDED, "Delivered", "green"),
+        (FAILED, "Failed", "red"),
+    )
+
+
+class WebhookDelivery(models.Model):
+    """One attempt to deliver an event to a webhook, with the receiver's answer.
+
+    A failed attempt is followed by a new row with the next attempt number, due at
+    next_attempt_at, until the retries run out.
+    """
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    state = models.CharField(
+        max_length=10, choices=DeliveryState.choices(), default=DeliveryState.PENDING
+    )
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="When it is due.")
+    delivered_at = models.DateTimeField(null=True, blank=True, help_text="When it was sent.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self):
+        return f"{self.event.verb} to {self.webhook} (attempt {self.attempt})"
+
+    @property
+    def succeeded(self):
+        return self.state == DeliveryState.SUCCEEDED
+
+    @property
+    def state_color(self):
+        return DeliveryState.color(self.state)
+
+    @property
+    def state_label(self):
+        return DeliveryState.label(self.state)

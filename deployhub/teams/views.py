@@ -7,6 +7,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.teams import webhooks
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.audit import events_csv, filtered_events
 from deployhub.teams.models import ApiToken, Event, Role, TokenScope
@@ -87,25 +88,53 @@ class SettingsForm(forms.Form):
 
 @login_required
 def team_settings(request):
-    """The team's settings (admins change them): how many approvals a release needs."""
+    """The team's settings (admins change them): approvals a release needs, and webhooks."""
     team = _team(request)
     form = SettingsForm(initial={"approvals_required": team.approvals_required})
+    webhook_form, new_webhook = webhooks.WebhookForm(), None
     if request.method == "POST":
         require_role(request.user, team, Role.ADMIN)
-        form = SettingsForm(request.POST)
-        if form.is_valid():
-            before = team.approvals_required
-            team.approvals_required = form.cleaned_data["approvals_required"]
-            team.save(update_fields=["approvals_required"])
-            Event.record(
-                team,
-                request.user,
-                "team.settings",
-                team,
-                before={"approvals_required": before},
-                after={"approvals_required": team.approvals_required},
-            )
-            messages.success(request, "Settings saved.")
+        action = request.POST.get("action", "settings")
+        if action == "delete_webhook":
+            webhooks.delete_webhook(team, request.user, request.POST.get("webhook"))
+            messages.success(request, "Webhook deleted.")
             return redirect("team_settings")
-    status = 400 if form.errors else 200
-    return render(request, "teams/settings.html", {"form": form, "team": team}, status=status)
+        if action == "add_webhook":
+            webhook_form, new_webhook = _add_webhook(request, team)
+        else:
+            form = SettingsForm(request.POST)
+            if form.is_valid():
+                before = team.approvals_required
+                team.approvals_required = form.cleaned_data["approvals_required"]
+                team.save(update_fields=["approvals_required"])
+                Event.record(
+                    team,
+                    request.user,
+                    "team.settings",
+                    team,
+                    before={"approvals_required": before},
+                    after={"approvals_required": team.approvals_required},
+                )
+                messages.success(request, "Settings saved.")
+                return redirect("team_settings")
+    context = {
+        "form": form,
+        "team": team,
+        "webhook_form": webhook_form,
+        "new_webhook": new_webhook,
+        "webhooks": webhooks.webhooks_of(team),
+        "deliveries": webhooks.recent_deliveries(team),
+    }
+    status = 400 if form.errors or webhook_form.errors else 200
+    return render(request, "teams/settings.html", context, status=status)
+
+
+def _add_webhook(request, team):
+    """Return the form to draw next and the webhook added (its secret shown this once), or None."""
+    form = webhooks.WebhookForm(request.POST)
+    if not form.is_valid():
+        return form, None
+    data = form.cleaned_data
+    return webhooks.WebhookForm(), webhooks.add_webhook(
+        team, request.user, data["url"], data["events"]
+    )

@@ -1,0 +1,237 @@
+"""Outgoing webhooks: each event of a team is POSTed, signed, to the team's webhooks that want it.
+
+Every attempt is a WebhookDelivery row sent by a hub task (teams/tasks.py); a failed
+one is retried with backoff (DEPLOYHUB_WEBHOOK_RETRY_DELAYS), each attempt kept.
+"""
+
+import hashlib
+import hmac
+import http.client
+import json
+import logging
+import re
+import ssl
+import time
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from django import forms
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deployhub.teams.access import require_role
+from deployhub.teams.models import (
+    DeliveryState,
+    Event,
+    Role,
+    Webhook,
+    WebhookDelivery,
+    validate_webhook_url,
+)
+
+logger = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-DeployHub-Signature"
+TIMESTAMP_HEADER = "X-DeployHub-Timestamp"
+TIMEOUT_SECONDS = 10
+# Seconds before each retry: five attempts in all. Tests shrink them with the setting.
+DEFAULT_RETRY_DELAYS = (30, 120, 600, 3600)
+PREFIX = re.compile(r"^[a-z0-9_.-]+$")
+
+
+def retry_delays():
+    return list(getattr(settings, "DEPLOYHUB_WEBHOOK_RETRY_DELAYS", DEFAULT_RETRY_DELAYS))
+
+
+# Queueing: an event, once committed, becomes a first attempt for each matching webhook.
+
+
+def announce_on_commit(event):
+    """Queue the event's deliveries when its transaction commits (Event.save calls this)."""
+    transaction.on_commit(lambda: queue_deliveries(event.pk), robust=True)
+
+
+def queue_deliveries(event_id):
+    """Create and queue a first attempt for each active webhook of the event's team it matches."""
+    event = Event.objects.get(pk=event_id)
+    for webhook in Webhook.objects.matching(event):
+        delivery = WebhookDelivery.objects.create(
+            webhook=webhook, event=event, next_attempt_at=timezone.now()
+        )
+        send_delivery(delivery.pk)
+
+
+def send_delivery(delivery_id, countdown=0):
+    """Put the attempt on the hub queue once the transaction commits."""
+
+    def send():
+        from deployhub.celery import app  # noqa: F401  (configures the task's app)
+        from deployhub.teams.tasks import deliver_webhook
+
+        try:
+            deliver_webhook.apply_async(
+                args=[delivery_id], queue=settings.CELERY_HUB_QUEUE, countdown=countdown
+            )
+        except Exception as exc:  # the broker is down: the attempt stays pending
+            logger.warning("could not queue webhook delivery %s: %s", delivery_id, exc)
+
+    transaction.on_commit(send)
+
+
+# Sending: one attempt, signed, no redirects; a failure queues the next attempt.
+
+
+def payload(event):
+    """Return what a receiver gets for an event."""
+    return {
+        "id": event.pk,
+        "team": event.team.slug,
+        "actor": event.actor,
+        "verb": event.verb,
+        "target_type": event.target_type,
+        "target_id": event.target_id,
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
+
+
+def sign(secret, timestamp, body):
+    """Return the signature header's value: HMAC-SHA256 of "<timestamp>.<body>"."""
+    message = f"{timestamp}.".encode() + body
+    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def attempt_delivery(delivery_id):
+    """Send a pending attempt once, record its outcome, and queue the next one if it failed."""
+    claimed = WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING)
+    if not claimed.update(state=DeliveryState.SENDING):
+        return None  # sent already (a redelivered message), or its webhook is gone
+    delivery = WebhookDelivery.objects.select_related("webhook", "event__team").get(pk=delivery_id)
+    if delivery.webhook.active:
+        status_code, error, duration_ms = post(delivery.webhook, delivery.event)
+    else:
+        status_code, error, duration_ms = None, "The webhook is paused.", None
+    delivery.state = DeliveryState.FAILED if error else DeliveryState.SUCCEEDED
+    delivery.status_code, delivery.error, delivery.duration_ms = status_code, error, duration_ms
+    delivery.delivered_at = timezone.now()
+    delivery.save(update_fields=["state", "status_code", "error", "duration_ms", "delivered_at"])
+    if error and delivery.webhook.active:
+        retry(delivery)
+    return delivery
+
+
+def retry(delivery):
+    """Queue the next attempt after its delay, unless the attempts are used up."""
+    delays = retry_delays()
+    if delivery.attempt > len(delays):
+        return None
+    delay = delays[delivery.attempt - 1]
+    following = WebhookDelivery.objects.create(
+        webhook=delivery.webhook,
+        event=delivery.event,
+        attempt=delivery.attempt + 1,
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+    )
+    send_delivery(following.pk, countdown=delay)
+    return following
+
+
+def post(webhook, event):
+    """POST the event to the webhook; return (status code, error or "", duration in ms)."""
+    body = json.dumps(payload(event), separators=(",", ":")).encode()
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "DeployHub-Webhooks",
+        "X-DeployHub-Event": event.verb,
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign(webhook.secret, timestamp, body),
+    }
+    started = time.monotonic()
+    status_code, error = _send(webhook.url, body, headers)
+    return status_code, error, round((time.monotonic() - started) * 1000)
+
+
+def _connection(url):
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        context = ssl.create_default_context()
+        return http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=TIMEOUT_SECONDS, context=context
+        )
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
+
+
+def _send(url, body, headers):
+    """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx."""
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    connection = _connection(url)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read(64 * 1024)
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, ...
+        return None, f"Not delivered: {exc!r}"[:500]
+    finally:
+        connection.close()
+    if not 200 <= response.status < 300:
+        return response.status, f"The receiver answered {response.status} {response.reason}."[:500]
+    return response.status, ""
+
+
+# The settings page: admins add and delete a team's webhooks.
+
+
+class WebhookForm(forms.Form):
+    url = forms.CharField(
+        label="URL", max_length=500, validators=[validate_webhook_url], strip=True
+    )
+    events = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="Verb prefixes, separated by commas, e.g. release., job.failed; empty: all.",
+    )
+
+    def clean_events(self):
+        prefixes = [p.strip() for p in self.cleaned_data["events"].split(",") if p.strip()]
+        bad = [prefix for prefix in prefixes if len(prefix) > 60 or not PREFIX.match(prefix)]
+        if bad:
+            raise forms.ValidationError(f"Not a verb prefix: {', '.join(bad)}.")
+        return prefixes
+
+
+def add_webhook(team, user, url, events):
+    """Add a webhook to the team (admins) and record it; return it, its secret readable once."""
+    require_role(user, team, Role.ADMIN)
+    with transaction.atomic():
+        webhook = Webhook.objects.create(team=team, url=url, events=events, created_by=user)
+        Event.record(team, user, "webhook.created", webhook, url=url, events=events)
+    return webhook
+
+
+def delete_webhook(team, user, webhook_id):
+    """Delete one of the team's webhooks with its deliveries (admins), and record it."""
+    require_role(user, team, Role.ADMIN)
+    webhook = Webhook.objects.filter(team=team, pk=webhook_id).first()
+    if webhook is None:
+        return None
+    with transaction.atomic():
+        Event.record(team, user, "webhook.deleted", webhook, url=webhook.url, events=webhook.events)
+        webhook.delete()
+    return webhook
+
+
+def webhooks_of(team):
+    """Return the team's webhooks, each with its latest delivery attempt (or None)."""
+    webhooks = list(Webhook.objects.filter(team=team))
+    for webhook in webhooks:
+        webhook.last_delivery = webhook.deliveries.first()
+    return webhooks
+
+
+def recent_deliveries(team, limit=50):
+    """Return the team's latest delivery attempts, newest first, for the log."""
+    deliveries = WebhookDelivery.objects.filter(webhook__team=team)
+    return deliveries.select_related("webhook", "event")[:limit]
