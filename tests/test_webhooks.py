@@ -110,7 +110,7 @@ def test_an_admin_adds_a_webhook_sees_its_secret_once_and_deletes_it(client, dem
     assert webhook.secret.startswith("whsec_") and webhook.secret in page
     again = client.get("/team/settings/").content.decode()
     assert webhook.secret not in again and webhook.secret_hint in again
-    assert "https://ci.example.com/hook" in again
+    assert "https://ci.example.com/hook" in again and "Add a webhook" in again
     client.post("/team/settings/", {"action": "delete_webhook", "webhook": webhook.pk})
     assert not Webhook.objects.exists()
     verbs = Event.objects.filter(target_type="webhook").values_list("verb", flat=True)
