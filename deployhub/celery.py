@@ -21,7 +21,7 @@ def _settings_config():
             },
         },
         "beat_schedule_filename": str(settings.VAR_DIR / "celerybeat-schedule"),
-        "imports": ["deployhub.jobs.tasks"],
+        "imports": ["deployhub.jobs.tasks", "deployhub.teams.tasks"],
     }
 
 

@@ -194,6 +194,10 @@ EMAIL_HOST_USER = env_str("DEPLOYHUB_EMAIL_USER")
 EMAIL_HOST_PASSWORD = env_str("DEPLOYHUB_EMAIL_PASSWORD")
 EMAIL_USE_TLS = env_bool("DEPLOYHUB_EMAIL_TLS")
 DEFAULT_FROM_EMAIL = env_str("DEPLOYHUB_EMAIL_FROM", "deployhub@localhost")
+# Seconds between a failed webhook delivery and each retry (one more attempt per value).
+DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
+    int(s) for s in env_list("DEPLOYHUB_WEBHOOK_RETRY_DELAYS", "30,120,600,3600")
+]
 # Where people reach the hub, for links in email.
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")
 

@@ -7,6 +7,7 @@ import onnx
 from django.core.management import call_command
 
 from deployhub.devices.models import Device, DeviceClass
+from deployhub.parity.models import ParityRun
 from deployhub.registry.models import Dataset, Model, ModelVersion
 from deployhub.teams.models import Membership, Role
 from tests.conftest import ASSETS
@@ -20,6 +21,7 @@ def counts():
         Device.objects.count(),
         Membership.objects.count(),
         Dataset.objects.count(),
+        ParityRun.objects.count(),
     )
 
 
@@ -40,6 +42,8 @@ def test_seed_demo_loads_the_cast_the_class_and_the_model(db):
     datasets = {d.kind: d for d in model.datasets.all()}
     assert datasets["validation"].samples == 300 and datasets["validation"].has_labels
     assert datasets["calibration"].samples == 100
+    parity = model.versions.get(number=2).parity_runs.get()
+    assert parity.samples == 8 and parity.job.device_class == local
 
 
 def test_seed_demo_is_idempotent(db):

@@ -286,10 +286,6 @@ def test_the_settings_page_shows_the_delivery_log(client, demo_team, alice):
     assert "release.promoted" in page and "502" in page and "37 ms" in page and "Failed" in page
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deployhub/celery.py's imports must list deployhub.teams.tasks (not this change's file)",
-)
 def test_the_hub_worker_knows_the_delivery_task():
     check = (
         "import django; django.setup(); from deployhub.celery import app;"

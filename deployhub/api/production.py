@@ -11,9 +11,9 @@ from django.views.decorators.http import require_GET
 from deployhub.api.auth import BadInput, device_required, error
 from deployhub.engines.actions import compatibility, key_for
 from deployhub.engines.models import Engine, EngineStatus
-from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.models import Model
 from deployhub.releases.actions import production_of
+from deployhub.releases.evidence import queued_rebuild
 from deployhub.releases.models import Release, ReleaseState
 
 
@@ -42,19 +42,6 @@ def runnable_engine(release, fingerprint):
         compat_key=key,
     )
     return same_build.exclude(status=EngineStatus.REVOKED).first()
-
-
-def queued_rebuild(release):
-    """Return the queued or running compile job of the release's build on its class, if any."""
-    engine = release.engine
-    return Job.objects.filter(
-        kind=JobKind.COMPILE,
-        state__in=(JobState.QUEUED, JobState.RUNNING),
-        device_class=release.device_class,
-        model_version=engine.model_version,
-        params__backend=engine.backend,
-        params__build_config=engine.build_config,
-    ).first()
 
 
 def _engine_json(engine):
@@ -89,7 +76,7 @@ def _refusal(release, fingerprint):
     runs, reason, diffs = compatibility(release.engine, fingerprint)
     if runs:  # the key matches: only a revocation stops it
         reason = f"The production engine #{release.engine_id} was revoked."
-    job = queued_rebuild(release)
+    job = queued_rebuild(release.engine, release.device_class)
     queued = "A rebuild is queued." if job else "No rebuild is queued."
     reason = f"{reason.rstrip('.')}. {queued}"
     return {

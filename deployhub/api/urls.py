@@ -58,5 +58,6 @@ urlpatterns = [
     path("releases/<int:pk>/override", releases.release_override, name="api_release_override"),
     path("releases/<int:pk>/promote", releases.release_promote, name="api_release_promote"),
     path("releases/<int:pk>/rollback", releases.release_rollback, name="api_release_rollback"),
+    path("releases/<int:pk>/evidence", releases.release_evidence, name="api_release_evidence"),
     path("models/<int:pk>/releases", releases.model_releases, name="api_model_releases"),
 ]

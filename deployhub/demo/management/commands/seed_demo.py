@@ -1,15 +1,20 @@
 """Load the demo team, users, device class and model; safe to run again."""
 
+import io
 import json
 import os
+import zipfile
 from pathlib import Path
 
+import numpy as np
 from django.contrib.auth import get_user_model
 from django.core.files import File
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from deployhub.devices.models import Device, DeviceClass
+from deployhub.parity.actions import submit_parity
 from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
@@ -86,6 +91,7 @@ class Command(BaseCommand):
         )
         self.seed_versions(model, manifest, alice)
         self.seed_datasets(model, manifest, alice)
+        self.seed_parity(model, alice)
 
     def seed_versions(self, model, manifest, alice):
         for entry in sorted(manifest["versions"], key=lambda v: v["version"]):
@@ -109,3 +115,27 @@ class Command(BaseCommand):
                 continue
             with open(ASSETS / filename, "rb") as handle:
                 create_dataset(version, File(handle, name=filename), alice, kind=kind, name=kind)
+
+    def seed_parity(self, model, alice):
+        """Check the latest version's preprocessing against the demo's training tensors.
+
+        The samples folder holds the raw images and the tensors the training pipeline fed
+        the model for them: zipped as a parity pack (one tensor per image, named by its
+        stem), its parity job runs on the local worker, so the demo's engines can pass
+        all four release gates.
+        """
+        version = model.latest_version()
+        if version.parity_runs.exists():
+            return
+        samples = ASSETS / "samples"
+        fed = np.load(samples / "tensors.npz", allow_pickle=False)
+        tensors = io.BytesIO()
+        np.savez(
+            tensors, **{Path(n).stem: x for n, x in zip(fed["names"], fed["inputs"], strict=True)}
+        )
+        pack = io.BytesIO()
+        with zipfile.ZipFile(pack, "w") as archive:
+            for name in fed["names"]:
+                archive.write(samples / name, name)
+            archive.writestr("tensors.npz", tensors.getvalue())
+        submit_parity(version, SimpleUploadedFile("parity-pack.zip", pack.getvalue()), alice)
