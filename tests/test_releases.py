@@ -112,9 +112,11 @@ def test_a_failing_gate_blocks_approval_until_an_admin_overrides_it_in_writing(
         actions.override_gate(release, bob, "parity", "trust me")
     with pytest.raises(ReleaseRefused, match="needs a written justification"):
         actions.override_gate(release, alice, "parity", "  ")
-    with pytest.raises(ReleaseRefused, match="has not failed"):
+    with pytest.raises(ReleaseRefused, match="open or overridden already"):
         actions.override_gate(release, alice, "accuracy", "why not")
     actions.override_gate(release, alice, "parity", "Spec unchanged since v1's parity run.")
+    with pytest.raises(ReleaseRefused, match="open or overridden already"):
+        actions.override_gate(release, alice, "parity", "again")  # one override per gate
     actions.review(release, bob, "approve")
 
     assert release.state == ReleaseState.APPROVED

@@ -293,3 +293,21 @@ def test_the_hub_worker_knows_the_delivery_task():
         "assert 'deployhub.teams.deliver_webhook' in app.tasks"
     )
     subprocess.run([sys.executable, "-c", check], cwd=ROOT, check=True, timeout=60)
+
+
+def test_a_bad_port_a_bad_id_and_secrets_in_the_url_are_handled(client, demo_team, alice):
+    from django.core.exceptions import ValidationError
+
+    from deployhub.teams.models import validate_webhook_url
+
+    with pytest.raises(ValidationError):
+        validate_webhook_url("https://ci.example.com:99999/hook")
+    client.login(username="alice", password=PASSWORD)
+    response = client.post("/team/settings/", {"action": "delete_webhook", "webhook": "abc"})
+    assert response.status_code in (200, 302)
+    client.post(
+        "/team/settings/",
+        {"action": "add_webhook", "url": "https://user:pw@hooks.example.com/x?token=s3cret"},
+    )
+    created = Event.objects.filter(verb="webhook.created").values_list("data__url", flat=True)
+    assert list(created) == ["https://hooks.example.com/x"]

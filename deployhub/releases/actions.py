@@ -9,11 +9,12 @@ ReleaseRefused (the state, the gates or the quorum: HTTP 409) or PermissionDenie
 """
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import EngineStatus
+from deployhub.registry.models import Model
 from deployhub.releases import evidence, notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
 from deployhub.teams.access import require_role
@@ -81,6 +82,7 @@ def review(release, user, decision, comment=""):
         names = ", ".join(f"{gate.name} ({gate.label.lower()})" for gate in blocking)
         raise ReleaseRefused(f"Approval is blocked by the release gates: {names}.")
     with transaction.atomic():
+        release = _locked(release, "reviewed", ReleaseState.IN_REVIEW)
         decision_made = Review.objects.create(
             release=release, reviewer=user, decision=decision, comment=comment
         )
@@ -99,11 +101,13 @@ def override_gate(release, user, gate, justification):
     justification = (justification or "").strip()
     if not justification:
         raise ReleaseRefused("An override needs a written justification.")
-    failed = {gate.name: gate for gate, _ in gates_of(release) if not gate.open}
+    failed = {gate.name: gate for gate in blocking_gates(release)}
     if gate not in failed:
-        raise ReleaseRefused(f"The {gate!r} gate has not failed: there is nothing to override.")
-    _require_state(release, "overridden", ReleaseState.DRAFT, ReleaseState.IN_REVIEW)
+        raise ReleaseRefused(
+            f"The {gate!r} gate is open or overridden already: there is nothing to override."
+        )
     with transaction.atomic():
+        release = _locked(release, "overridden", ReleaseState.DRAFT, ReleaseState.IN_REVIEW)
         GateOverride.objects.create(
             release=release, gate=gate, justification=justification, by=user
         )
@@ -124,18 +128,25 @@ def promote(release, user):
     require_role(user, release.team, Role.REVIEWER)
     recheck(release)
     _require_state(release, "promoted", ReleaseState.APPROVED)
-    with transaction.atomic():
-        current = production_of(release.model, release.device_class, lock=True)
-        if current is not None:
-            _move(
-                current,
-                user,
-                ReleaseState.RETIRED,
-                "release.retired",
-                f"Replaced by #{release.pk}.",
-            )
-        release.replaced, release.promoted_at = current, timezone.now()
-        return _move(release, user, ReleaseState.PRODUCTION, "release.promoted", "Promoted.")
+    try:
+        with transaction.atomic():
+            return _promote(release, user)
+    except IntegrityError as exc:  # another release of the model reached production meanwhile
+        raise ReleaseRefused(
+            "Another release of this model was promoted on the class at the same moment: "
+            "reload and try again."
+        ) from exc
+
+
+def _promote(release, user):
+    # Promotes of one model queue on its row; the release is read again under the lock.
+    Model.objects.select_for_update().filter(pk=release.model_id).first()
+    release = _locked(release, "promoted", ReleaseState.APPROVED)
+    current = production_of(release.model, release.device_class, lock=True)
+    if current is not None:
+        _move(current, user, ReleaseState.RETIRED, "release.retired", f"Replaced by #{release.pk}.")
+    release.replaced, release.promoted_at = current, timezone.now()
+    return _move(release, user, ReleaseState.PRODUCTION, "release.promoted", "Promoted.")
 
 
 def rollback(release, user, reason):
@@ -145,10 +156,12 @@ def rollback(release, user, reason):
     if not reason:
         raise ReleaseRefused("A rollback needs a reason.")
     _require_state(release, "rolled back", ReleaseState.PRODUCTION)
-    previous = release.replaced
-    if previous is None or previous.state != ReleaseState.RETIRED:
-        raise ReleaseRefused("There is no previous production release to restore.")
     with transaction.atomic():
+        Model.objects.select_for_update().filter(pk=release.model_id).first()
+        release = _locked(release, "rolled back", ReleaseState.PRODUCTION)
+        previous = Release.objects.select_for_update().filter(pk=release.replaced_id).first()
+        if previous is None or previous.state != ReleaseState.RETIRED:
+            raise ReleaseRefused("There is no previous production release to restore.")
         _move(release, user, ReleaseState.ROLLED_BACK, "release.rolled_back", reason)
         previous.promoted_at = timezone.now()
         return _move(
@@ -207,6 +220,15 @@ def _approval_lapsed(release):
         names = ", ".join(gate.name for gate in blocking)
         return f"Release gates changed after approval: {names} no longer open."
     return ""
+
+
+def _locked(release, action, *states):
+    """Read the release again under a row lock and check its state there (no race between
+    two requests that both read the old state)."""
+    Release.objects.select_for_update().filter(pk=release.pk).first()
+    release.refresh_from_db()
+    _require_state(release, action, *states)
+    return release
 
 
 def _require_state(release, action, *states):

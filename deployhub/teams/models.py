@@ -169,7 +169,11 @@ class ApiToken(models.Model):
 def validate_webhook_url(value):
     """Accept only an http or https URL that names a host."""
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationError(
             "Enter an http:// or https:// URL with a host, e.g. https://ci.example.com/hook.",
             code="invalid_webhook_url",

@@ -207,18 +207,27 @@ def add_webhook(team, user, url, events):
     require_role(user, team, Role.ADMIN)
     with transaction.atomic():
         webhook = Webhook.objects.create(team=team, url=url, events=events, created_by=user)
-        Event.record(team, user, "webhook.created", webhook, url=url, events=events)
+        Event.record(team, user, "webhook.created", webhook, url=shown_url(url), events=events)
     return webhook
 
 
 def delete_webhook(team, user, webhook_id):
     """Delete one of the team's webhooks with its deliveries (admins), and record it."""
     require_role(user, team, Role.ADMIN)
+    if not str(webhook_id or "").isdigit():
+        return None
     webhook = Webhook.objects.filter(team=team, pk=webhook_id).first()
     if webhook is None:
         return None
     with transaction.atomic():
-        Event.record(team, user, "webhook.deleted", webhook, url=webhook.url, events=webhook.events)
+        Event.record(
+            team,
+            user,
+            "webhook.deleted",
+            webhook,
+            url=shown_url(webhook.url),
+            events=webhook.events,
+        )
         webhook.delete()
     return webhook
 
@@ -235,3 +244,11 @@ def recent_deliveries(team, limit=50):
     """Return the team's latest delivery attempts, newest first, for the log."""
     deliveries = WebhookDelivery.objects.filter(webhook__team=team)
     return deliveries.select_related("webhook", "event")[:limit]
+
+
+def shown_url(url):
+    """Return the URL without its query and credentials (they are often the receiver's secret)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{parts.scheme}://{netloc}{parts.path}"
