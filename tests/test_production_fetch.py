@@ -296,3 +296,17 @@ def test_the_worker_writes_nothing_when_it_may_not_run_production(
         assert "onnxruntime 1.32.0 ≠ 1.31.0" in done.stderr
     assert missing.returncode == 1 and "has no production release" in missing.stderr
     assert nothing_written(tmp_path, out)
+
+
+@live
+def test_a_device_that_never_ran_a_worker_reports_its_fingerprint_first(
+    live_server, tmp_path, production, make_device
+):
+    release = production[0]
+    device, token = make_device(cls=release.device_class)
+
+    done = fetch_production(live_server, token, tmp_path / "engines")
+
+    device.refresh_from_db()
+    assert device.fingerprint["cpu"]  # the hub now matches engines on what it reported
+    assert "has not reported a fingerprint" not in done.stderr

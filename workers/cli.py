@@ -105,6 +105,8 @@ def fetch_production(args):
     client = HubClient(args.hub, args.token)
     try:
         device = client.whoami()
+        if not device.get("has_fingerprint"):  # a device that never ran a worker: say what it is
+            client.heartbeat(_fingerprint(None))
         entries = _production_entries(client, device, args.model)
         written = _fetch_all(client, entries, device.get("signing_public_key"), args)
     except Unauthorized as error:

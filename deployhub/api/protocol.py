@@ -35,6 +35,7 @@ def _device_json(device):
         "queue": device.device_class.queue,
         "team": device.device_class.team.slug,
         "state": device.state,
+        "has_fingerprint": bool(device.fingerprint),
         "heartbeat_interval": settings.DEPLOYHUB_HEARTBEAT_INTERVAL,
         "job_lease_seconds": settings.DEPLOYHUB_JOB_LEASE_SECONDS,
         "signing_public_key": signing.public_key_hex(),
