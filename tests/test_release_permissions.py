@@ -26,7 +26,10 @@ MATRIX = {
     "view": {"vera": OK, "erin": OK, "bob": OK, "alice": OK, "pipeline": OK},
     "propose": {"vera": DENIED, "erin": OK, "bob": OK, "alice": OK, "pipeline": OK},
     "submit": {"vera": DENIED, "erin": OK, "bob": OK, "alice": OK, "pipeline": OK},
+    "evidence": {"vera": DENIED, "erin": OK, "bob": OK, "alice": OK, "pipeline": OK},
     "approve": {"vera": DENIED, "erin": DENIED, "bob": OK, "alice": OK, "pipeline": DENIED},
+    "request_changes": {"vera": DENIED, "erin": DENIED, "bob": OK, "alice": OK, "pipeline": DENIED},
+    "reject": {"vera": DENIED, "erin": DENIED, "bob": OK, "alice": OK, "pipeline": DENIED},
     "override": {"vera": DENIED, "erin": DENIED, "bob": DENIED, "alice": OK, "pipeline": DENIED},
     "promote": {"vera": DENIED, "erin": DENIED, "bob": OK, "alice": OK, "pipeline": DENIED},
     "rollback": {"vera": DENIED, "erin": DENIED, "bob": OK, "alice": OK, "pipeline": DENIED},
@@ -86,10 +89,20 @@ def setup(action, version, device_class, people):
         second = ready_engine(version, device_class, "second")
         release = released(version, device_class, people, ReleaseState.PRODUCTION, second)
         return paths(release, "rollback"), {"reason": "regressed"}, state_is(release, "rolled-back")
+    if action == "evidence":
+        release = released(version, device_class, people, ReleaseState.IN_REVIEW)
+        refreshed = release.team.events.filter(verb="release.evidence_refreshed")
+        return paths(release, action), {}, refreshed.exists
     start, after, body = {
         "view": (ReleaseState.DRAFT, ReleaseState.DRAFT, None),
         "submit": (ReleaseState.DRAFT, ReleaseState.IN_REVIEW, {}),
         "approve": (ReleaseState.IN_REVIEW, ReleaseState.APPROVED, {"decision": "approve"}),
+        "request_changes": (
+            ReleaseState.IN_REVIEW,
+            ReleaseState.DRAFT,
+            {"decision": "request_changes", "comment": "more data"},
+        ),
+        "reject": (ReleaseState.IN_REVIEW, ReleaseState.REJECTED, {"decision": "reject"}),
         "promote": (ReleaseState.APPROVED, ReleaseState.PRODUCTION, {}),
     }[action]
     release = released(version, device_class, people, start)
@@ -99,8 +112,9 @@ def setup(action, version, device_class, people):
 def paths(release, action):
     if action == "view":
         return f"/releases/{release.pk}/", f"/api/v1/releases/{release.pk}"
-    api = {"approve": "reviews"}.get(action, action)
-    page = {"approve": "review"}.get(action, action)
+    api = {"approve": "reviews", "request_changes": "reviews", "reject": "reviews"}
+    page = {"approve": "review", "request_changes": "review", "reject": "review"}
+    api, page = api.get(action, action), page.get(action, action)
     return f"/releases/{release.pk}/{page}", f"/api/v1/releases/{release.pk}/{api}"
 
 

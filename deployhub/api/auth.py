@@ -20,6 +20,12 @@ from deployhub.registry.golden import GoldenError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.teams.models import ApiToken, TokenScope
 
+PIPELINE_REFUSAL = (
+    "A pipeline token may upload, build, benchmark, read and request a release; "
+    "reviewing, overriding a gate, promoting, rolling back and draining a device need a "
+    "full token."
+)
+
 
 class BadInput(Exception):
     """A field of the request is missing or malformed (HTTP 400)."""
@@ -65,6 +71,8 @@ def token_required(view):
                 "An API token is required: Authorization: Bearer dhu_... "
                 "(create one under Account → API tokens).",
             )
+        if record.scope == TokenScope.PIPELINE and not getattr(view, "pipelines_may_call", False):
+            return error(403, PIPELINE_REFUSAL)
         ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
         request.user, request.token_scope = record.user, record.scope
         try:
@@ -108,17 +116,12 @@ def device_required(view):
     return wrapper
 
 
-def not_for_pipelines(view):
-    """Refuse a pipeline-scoped token (403): it may request a release, never decide one."""
+def for_pipelines(view):
+    """Let a pipeline-scoped token call this view too; every other API view refuses one (403).
 
-    @functools.wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if getattr(request, "token_scope", TokenScope.FULL) == TokenScope.PIPELINE:
-            return error(
-                403,
-                "A pipeline token may upload, build, benchmark and request a release; "
-                "reviewing, overriding a gate, promoting and rolling back need a full token.",
-            )
-        return view(request, *args, **kwargs)
-
-    return wrapper
+    Pipelines get an allowlist, not a blocklist: a view added without this mark is closed
+    to them until someone decides it belongs to uploading, building, benchmarking, reading
+    or requesting a release.
+    """
+    view.pipelines_may_call = True
+    return view

@@ -6,7 +6,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, Conflict, json_body, token_required
+from deployhub.api.auth import BadInput, Conflict, for_pipelines, json_body, token_required
 from deployhub.conversions.actions import (
     ConversionRefused,
     conversion_class,
@@ -122,6 +122,7 @@ def _team(request):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def models(request):
     if request.method == "GET":
         listed = Model.objects.filter(team__in=teams_of(request.user)).select_related("team")
@@ -148,6 +149,7 @@ def models(request):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def model_detail(request, pk):
     model = get_model_for_user(request, pk)
     return JsonResponse(model_json(model, versions=True))
@@ -155,6 +157,7 @@ def model_detail(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 def model_versions(request, pk):
     model = get_model_for_user(request, pk)
     require_role(request.user, model.team, Role.ENGINEER)
@@ -163,6 +166,7 @@ def model_versions(request, pk):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def version_detail(request, pk):
     version = get_version_for_user(request, pk)
     return JsonResponse(version_json(version))
@@ -170,6 +174,7 @@ def version_detail(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 def version_datasets(request, pk):
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
@@ -221,6 +226,7 @@ def golden_json(golden):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def version_golden(request, pk):
     """List a version's golden sets, or attach one (multipart: name, file, atol, rtol)."""
     version = get_version_for_user(request, pk)
@@ -240,6 +246,7 @@ def version_golden(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 def version_convert(request, pk):
     """Queue the conversion of an ONNX version to {"opset": N} (17 by default): 202 and the job."""
     version = get_version_for_user(request, pk)

@@ -4,7 +4,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, json_body, token_required
+from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import set_draining
 from deployhub.engines.access import get_engine_for_user
@@ -68,6 +68,7 @@ def _compile_answer(engine, job):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def device_detail(request, pk):
     device = get_device_for_user(request, pk)
     return JsonResponse(device_json(device, changes=True))
@@ -84,6 +85,7 @@ def device_drain(request, pk):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def version_engines(request, pk):
     """GET: the version's engines. POST {"device_class", "backend", "build_config"}: compile."""
     version = get_version_for_user(request, pk)
@@ -110,6 +112,7 @@ def version_engines(request, pk):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def engine_detail(request, pk):
     engine = get_engine_for_user(request, pk)
     body = engine_json(engine)
@@ -123,6 +126,7 @@ def engine_detail(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 def engine_rebuild(request, pk):
     engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)

@@ -3,7 +3,7 @@
 from django.http import JsonResponse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, token_required
+from deployhub.api.auth import BadInput, for_pipelines, token_required
 from deployhub.parity.actions import no_worker_warning, submit_parity
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun
@@ -59,6 +59,7 @@ def _pack(request):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def version_parity(request, pk):
     version = get_version_for_user(request, pk)
     if request.method == "GET":

@@ -9,7 +9,7 @@ from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, json_body, token_required
+from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
 from deployhub.benchmarks.exports import ACCURACY_COPIED
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
@@ -34,6 +34,7 @@ def _time(value):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 def version_auto(request, pk):
     """Body {"device_class": "<slug>"}: start auto mode on the version; 202 with the run."""
     version = get_version_for_user(request, pk)
@@ -67,6 +68,7 @@ def _device_class_of(version, body):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def auto_run_detail(request, pk):
     """The run's state, every build with its jobs and figures, and the recommended build."""
     run = get_auto_run_for_user(request, pk)
@@ -193,6 +195,7 @@ def recommendation_reason(build):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def job_detail(request, pk):
     """A job's kind, state, progress, failure, log tail, timestamps and what it ran on."""
     job = get_job_for_user(request, pk)
@@ -228,6 +231,7 @@ def job_json(request, job):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def device_classes(request):
     """The device classes of the caller's teams: serving pattern, budget, backends, devices."""
     classes = DeviceClass.objects.filter(team__in=teams_of(request.user)).select_related("team")

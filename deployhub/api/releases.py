@@ -12,7 +12,7 @@ from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, error, json_body, not_for_pipelines, token_required
+from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.engines.access import get_engine_for_user
 from deployhub.registry.access import get_model_for_user
 from deployhub.releases import actions
@@ -55,6 +55,7 @@ def _time(value):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 @release_rules
 def engine_releases(request, pk):
     """Body {"note": "...", "device_class": "<slug>"?}: propose the engine for its class; 201."""
@@ -72,6 +73,7 @@ def engine_releases(request, pk):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def release_detail(request, pk):
     """The release's state, engine, gates with their overrides, reviews and approvals."""
     release = actions.recheck(get_release_for_user(request, pk))
@@ -80,6 +82,7 @@ def release_detail(request, pk):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def model_releases(request, pk):
     """The model's releases on every device class, newest first."""
     model = get_model_for_user(request, pk)
@@ -92,6 +95,7 @@ def model_releases(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 @release_rules
 def release_submit(request, pk):
     release = get_release_for_user(request, pk)
@@ -101,7 +105,6 @@ def release_submit(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
-@not_for_pipelines
 @release_rules
 def release_reviews(request, pk):
     """Body {"decision": "approve | request_changes | reject", "comment": "..."}; 201."""
@@ -115,7 +118,6 @@ def release_reviews(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
-@not_for_pipelines
 @release_rules
 def release_override(request, pk):
     """Body {"gate": "<name>", "justification": "..."}: an admin lets one failed gate pass; 201."""
@@ -127,7 +129,6 @@ def release_override(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
-@not_for_pipelines
 @release_rules
 def release_promote(request, pk):
     release = get_release_for_user(request, pk)
@@ -137,7 +138,6 @@ def release_promote(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
-@not_for_pipelines
 @release_rules
 def release_rollback(request, pk):
     """Body {"reason": "..."}: roll the production release back; the one it replaced returns."""
@@ -149,6 +149,7 @@ def release_rollback(request, pk):
 
 @require_http_methods(["POST"])
 @token_required
+@for_pipelines
 @release_rules
 def release_evidence(request, pk):
     """Recompute the release's evidence pack from the stored runs (engineers and up)."""

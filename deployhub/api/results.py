@@ -3,7 +3,7 @@
 from django.http import JsonResponse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, json_body, token_required
+from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmark_json, benchmarks_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
@@ -53,6 +53,7 @@ def _runs(runs):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def version_benchmarks(request, pk):
     """GET: the version's benchmark runs. POST {"device_class", params...}: queue one."""
     version = get_version_for_user(request, pk)
@@ -63,6 +64,7 @@ def version_benchmarks(request, pk):
 
 @require_http_methods(["GET", "POST"])
 @token_required
+@for_pipelines
 def engine_benchmarks(request, pk):
     """GET: the engine's benchmark runs. POST {params...}: queue one on its device class."""
     engine = get_engine_for_user(request, pk)
@@ -82,12 +84,14 @@ def _model(request, pk):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def model_results_json(request, pk):
     return JsonResponse(model_results(_model(request, pk)))
 
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def model_results_csv(request, pk, kind):
     model = _model(request, pk)
     body = benchmarks_csv(model) if kind == "benchmarks" else accuracy_csv(model)
@@ -96,6 +100,7 @@ def model_results_csv(request, pk, kind):
 
 @require_http_methods(["GET"])
 @token_required
+@for_pipelines
 def model_report(request, pk):
     model = _model(request, pk)
     return attachment(build_report(model, request.user), "text/html", model, "report.html")
