@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "deployhub.engines",
     "deployhub.parity",
     "deployhub.releases",
+    "deployhub.figures",
     "deployhub.demo",
 ]
 

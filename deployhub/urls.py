@@ -8,6 +8,7 @@ from deployhub.conversions import views as conversion_views
 from deployhub.demo import views as demo_views
 from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
+from deployhub.figures import http as figure_http
 from deployhub.jobs import views as job_views
 from deployhub.parity import views as parity_views
 from deployhub.registry import views as registry_views
@@ -76,6 +77,7 @@ urlpatterns = [
     path("releases/<int:pk>/promote", release_views.release_promote, name="release_promote"),
     path("releases/<int:pk>/rollback", release_views.release_rollback, name="release_rollback"),
     path("releases/<int:pk>/evidence", release_views.release_evidence, name="release_evidence"),
+    path("figures/plotly.min.js", figure_http.plotly_js, name="plotly_js"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),

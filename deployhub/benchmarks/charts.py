@@ -9,8 +9,19 @@ import plotly.graph_objects as go
 
 from deployhub.benchmarks.models import engine_precision
 from deployhub.devices.models import ServingPattern
+from deployhub.figure_style import LAYOUT as STYLE_LAYOUT
+from deployhub.figure_style import marker_symbol, precision_colour
 
-LAYOUT = {"template": "plotly_white", "height": 420, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
+LAYOUT = {**STYLE_LAYOUT, "height": 420}
+
+
+def _marker(runs, precision, size=10):
+    """The shared visual language: colour by precision, symbol by backend, hollow if unstable."""
+    return {
+        "size": size,
+        "color": precision_colour(precision),
+        "symbol": [marker_symbol(run.backend, run.stable) for run in runs],
+    }
 
 
 def _figure(title, xaxis, yaxis):
@@ -40,7 +51,7 @@ def latency_figure(runs):
                 x=[f"v{run.model_version.number}" for run in group],
                 y=[run.gate_p99_ms for run in group],
                 mode="markers",
-                marker={"size": 10},
+                marker=_marker(group, precision),
                 name=f"{slug} · {precision}",
                 text=[_run_text(run) for run in group],
                 hoverinfo="text",
@@ -77,18 +88,26 @@ def accuracy_latency_figure(runs, accuracy_runs):
         "Accuracy against latency", "p99 latency per image (ms)", "top-1 (or agreement)"
     )
     latency = _engine_latency(runs)
-    points = [run for run in accuracy_runs if run.engine_id in latency]
-    figure.add_trace(
-        go.Scatter(
-            x=[latency[run.engine_id] for run in points],
-            y=[run.top1 if run.top1 is not None else run.top1_agreement for run in points],
-            mode="markers+text",
-            marker={"size": 11},
-            text=[_engine_label(run.engine) for run in points],
-            textposition="top center",
-            name="engines",
+    groups = defaultdict(list)
+    for run in accuracy_runs:
+        if run.engine_id in latency:
+            groups[engine_precision(run.engine)].append(run)
+    for precision, points in sorted(groups.items()):
+        figure.add_trace(
+            go.Scatter(
+                x=[latency[run.engine_id] for run in points],
+                y=[run.top1 if run.top1 is not None else run.top1_agreement for run in points],
+                mode="markers+text",
+                marker={
+                    "size": 11,
+                    "color": precision_colour(precision),
+                    "symbol": [marker_symbol(run.engine.backend) for run in points],
+                },
+                text=[_engine_label(run.engine) for run in points],
+                textposition="top center",
+                name=precision,
+            )
         )
-    )
     return figure
 
 
@@ -108,6 +127,8 @@ def sweep_figure(runs):
                 x=[row["batch_size"] for row in rows],
                 y=[row["throughput_ips"] for row in rows],
                 mode="lines+markers",
+                marker={"symbol": marker_symbol(run.backend, run.stable)},
+                line={"color": precision_colour(run.precision)},
                 name=f"v{run.model_version.number} {run.backend} {run.precision} #{run.pk}",
             )
         )

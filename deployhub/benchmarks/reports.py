@@ -14,8 +14,7 @@ from plotly.offline import get_plotlyjs
 from deployhub.benchmarks.charts import model_figures
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.evaluation.models import AccuracyRun
-
-PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+from deployhub.figure_style import PLOT_CONFIG
 
 
 @functools.cache
