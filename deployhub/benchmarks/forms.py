@@ -6,6 +6,7 @@ from deployhub.benchmarks.batches import BatchRefused, check_batch, sweep_sizes
 from deployhub.benchmarks.models import Scenario
 from deployhub.devices.models import DeviceClass
 
+# The page's and the API's defaults; README.md quotes them (tests/test_pages_benchmark_defaults.py)
 DEFAULT_DURATION_S = 10.0
 DEFAULT_WARMUP_S = 2.0
 DEFAULT_WARMUP_ITERATIONS = 10
@@ -43,7 +44,12 @@ class BenchmarkForm(forms.Form):
         required=False,
         help_text="A fixed count instead of the duration.",
     )
-    warmup_iterations = forms.IntegerField(min_value=0, max_value=10_000, required=False)
+    warmup_iterations = forms.IntegerField(
+        min_value=0,
+        max_value=10_000,
+        required=False,
+        help_text=f"With iterations; {DEFAULT_WARMUP_ITERATIONS} when empty.",
+    )
     batch_size = forms.IntegerField(min_value=1, max_value=1024, required=False, initial=1)
     batch_sweep = forms.BooleanField(
         required=False, help_text="Also measure batch 1, 2, 4 … up to the contract's largest."
