@@ -1,10 +1,13 @@
 """Project-level views: health, home, team switch."""
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.urls import Resolver404, resolve
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.devices.models import Device
@@ -56,6 +59,23 @@ def home(request):
 @login_required
 @require_POST
 def switch_team(request):
+    """Make one of the user's teams the active one, and stay on the same list page."""
     team = get_object_or_404(teams_of(request.user), pk=request.POST.get("team"))
     request.session["team_id"] = team.pk
-    return redirect("models")
+    messages.success(request, f"You are working in {team} now.")
+    return redirect(_team_wide_page(request, request.POST.get("next", "")))
+
+
+# Pages that show the active team's objects, not one object: the same page serves the new team.
+TEAM_WIDE_PAGES = {"models", "device_classes", "jobs", "audit", "team_settings", "api_tokens"}
+
+
+def _team_wide_page(request, next_url):
+    """Return next_url when it is a list page of this site; an object's page goes to Models."""
+    if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}):
+        return "models"
+    try:
+        match = resolve(next_url.split("?")[0])
+    except Resolver404:
+        return "models"
+    return next_url if match.url_name in TEAM_WIDE_PAGES else "models"
