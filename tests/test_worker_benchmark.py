@@ -42,6 +42,7 @@ PROTOCOL_KEYS = [
     "iterations",
     "duration_s",
     "latency_ms",
+    "latency_samples",
     "cv",
     "stability",
     "throughput_ips",

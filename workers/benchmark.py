@@ -27,6 +27,7 @@ from workers.latency import (
     DEFAULT_DRIFT_THRESHOLD,
     DEFAULT_FLOOR_MS,
     coefficient_of_variation,
+    compact_samples,
     latency_summary,
     stability,
 )
@@ -577,6 +578,7 @@ def _result(bench, provider, measured, rss):
         "iterations": len(samples),
         "duration_s": measured["duration_s"],
         "latency_ms": latency,
+        "latency_samples": compact_samples(samples),
         "cv": verdict["cv"],
         "stability": verdict,
         "throughput_ips": settings.batch_size * 1000 / latency["mean"],

@@ -14,7 +14,13 @@ Both thresholds are relative to the run's latency, but never to less than
 by tens of microseconds, which is 20% of a 0.05 ms model and decides nothing
 against a frame budget. A sub-millisecond run is unstable when its spread or
 drift passes the threshold times the floor (0.1 ms by default).
+
+The samples themselves travel too, compactly (`compact_samples`): at most
+SAMPLES_KEPT of them, evenly spaced in measured order, as base64 of little-endian
+float32 milliseconds, so the hub can draw a run's distribution (docs/protocol.md).
 """
+
+import base64
 
 import numpy as np
 
@@ -25,6 +31,9 @@ DEFAULT_FLOOR_MS = 1.0
 # MIN_WINDOW_SAMPLES samples: fewer windows when the run is short.
 WINDOWS = 5
 MIN_WINDOW_SAMPLES = 2
+# At most this many per-run samples travel with a result (16 KiB of float32, ~22 KB as base64).
+SAMPLES_KEPT = 4096
+SAMPLES_FORMAT = "f32le-base64"
 
 
 def latency_summary(samples_ns):
@@ -121,3 +130,26 @@ def _drift_reason(windows, drift):
         else f"between windows ({min(windows):.3g} to {max(windows):.3g} ms)"
     )
     return f"the median drifted {drift:.0%} {how}: thermal throttling or a noisy neighbour?"
+
+
+def compact_samples(samples_ns, kept=SAMPLES_KEPT):
+    """Return the protocol's latency_samples block: the runs in ms as base64 float32 (LE).
+
+    More than `kept` runs are thinned to `kept`, evenly spaced in measured order (first
+    and last included), so drift stays visible; `measured` says how many there were.
+    """
+    ns = np.asarray(samples_ns, dtype=np.float64)
+    if len(ns) > kept:
+        ns = ns[np.linspace(0, len(ns) - 1, kept).round().astype(np.int64)]
+    ms = (ns / 1e6).astype("<f4")
+    return {
+        "format": SAMPLES_FORMAT,
+        "measured": len(samples_ns),
+        "count": len(ms),
+        "data": base64.b64encode(ms.tobytes()).decode("ascii"),
+    }
+
+
+def expand_samples(block):
+    """Return the milliseconds a latency_samples block carries, as a float64 array."""
+    return np.frombuffer(base64.b64decode(block["data"]), dtype="<f4").astype(np.float64)

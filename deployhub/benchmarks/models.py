@@ -1,14 +1,19 @@
 """Benchmark results with the conditions they were measured under, and the gate they face."""
 
+import base64
+import binascii
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from django.db import models
 from django.db.models import Case, F, When
 from django.db.models.functions import Coalesce
 
 from deployhub.choices import ChoiceSet
 from deployhub.devices.models import ServingPattern
+from deployhub.jobs.errors import ResultRejected
+from workers.latency import SAMPLES_FORMAT, SAMPLES_KEPT
 
 PERCENTILES = ("min", "p50", "p90", "p95", "p99", "max", "mean", "std")
 
@@ -362,7 +367,8 @@ class BenchmarkRun(models.Model):
             }
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed benchmark result: {exc!r}") from exc
-        return cls.objects.create(
+        samples = LatencySamples.read(result.get("latency_samples"), fields["iterations"])
+        run = cls.objects.create(
             job=job,
             model_version=job.model_version,
             device_class=job.device_class,
@@ -370,6 +376,20 @@ class BenchmarkRun(models.Model):
             engine=job.engine,
             **fields,
         )
+        if samples is not None:
+            samples.run = run
+            samples.save()
+        return run
+
+    def samples_ms(self):
+        """Return the run's stored latencies in ms (numpy array, measured order), or None.
+
+        None for a run measured before samples were kept (NO_SAMPLES says what to do).
+        """
+        try:
+            return self.latency_samples.samples_ms()
+        except LatencySamples.DoesNotExist:
+            return None
 
     @property
     def precision(self):
@@ -541,3 +561,75 @@ class BenchmarkRun(models.Model):
             return gate
         over = f"Peak memory {memory:.0f} MB is over the class's {limit_mb} MB limit."
         return BudgetVerdict(GateVerdict.MISSES, f"{over} {gate.reason}")
+
+
+NO_SAMPLES = (
+    "no samples stored for this run (measured before samples were kept): run the benchmark again"
+)
+
+
+class LatencySamples(models.Model):
+    """The per-query latencies of one run's single-stream measurement, kept compactly.
+
+    At most SAMPLES_KEPT float32 milliseconds (evenly thinned in measured order by the
+    worker), in a table of their own so that no list of runs loads them by accident.
+    """
+
+    run = models.OneToOneField(
+        BenchmarkRun, on_delete=models.CASCADE, primary_key=True, related_name="latency_samples"
+    )
+    data = models.BinaryField(help_text="little-endian float32 milliseconds, measured order")
+    count = models.PositiveIntegerField(help_text="samples stored")
+    measured = models.PositiveIntegerField(help_text="runs measured (count or more)")
+
+    def __str__(self):
+        return f"{self.count} of {self.measured} samples of run {self.run_id}"
+
+    def samples_ms(self):
+        """Return the stored latencies in ms as a float64 numpy array, in measured order."""
+        return np.frombuffer(bytes(self.data), dtype="<f4").astype(np.float64)
+
+    @classmethod
+    def read(cls, block, iterations):
+        """Return unsaved samples from a result's latency_samples block (None when absent).
+
+        Raise ResultRejected, saying what is wrong, for anything the protocol does not allow:
+        the job then fails and nothing is stored.
+        """
+        if block is None:
+            return None
+        try:
+            data, count, measured = _sample_fields(block, iterations)
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise ResultRejected(f"latency_samples refused: {exc}") from None
+        return cls(data=data, count=count, measured=measured)
+
+
+def _sample_fields(block, iterations):
+    """Return (bytes, count, measured) of a latency_samples block; raise ValueError if wrong."""
+    if not isinstance(block, dict) or block.get("format") != SAMPLES_FORMAT:
+        raise ValueError(f'it must be an object with "format": "{SAMPLES_FORMAT}"')
+    count, measured = _whole(block, "count"), _whole(block, "measured")
+    if not 1 <= count <= min(measured, SAMPLES_KEPT):
+        raise ValueError(
+            f"count {count} must be 1 to {SAMPLES_KEPT} and at most measured ({measured})"
+        )
+    if measured != iterations:
+        raise ValueError(f"measured {measured} differs from the run's iterations {iterations}")
+    if not isinstance(block.get("data"), str):
+        raise ValueError("data must be a base64 string")
+    data = base64.b64decode(block["data"], validate=True)
+    if len(data) != 4 * count:
+        raise ValueError(f"data holds {len(data)} bytes; {count} float32 samples take {4 * count}")
+    values = np.frombuffer(data, dtype="<f4")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError("data holds a NaN, infinite or negative latency")
+    return data, count, measured
+
+
+def _whole(block, key):
+    """Return block[key] as a whole number; raise ValueError otherwise."""
+    value = block.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be a whole number, got {value!r}")
+    return value
