@@ -1,9 +1,12 @@
+"""The registry's forms: uploads with their spec and contract, datasets, golden sets, search."""
+
 import json
 
 from django import forms
+from django.db.models import Q
 
 from deployhub.devices.models import DeviceClass
-from deployhub.registry.models import DatasetKind
+from deployhub.registry.models import DatasetKind, VersionFormat
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
 
 JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
@@ -95,3 +98,29 @@ class GoldenSetForm(forms.Form):
     )
     atol = forms.FloatField(min_value=0, initial=DEFAULT_ATOL, help_text="Absolute tolerance.")
     rtol = forms.FloatField(min_value=0, initial=DEFAULT_RTOL, help_text="Relative tolerance.")
+
+
+class ModelSearchForm(forms.Form):
+    """The Models list's search and filters, read from the URL's query so a view can be shared."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search")
+    format = forms.ChoiceField(
+        required=False, choices=[("", "any format"), *VersionFormat.choices()]
+    )
+    tag = forms.CharField(required=False, max_length=40)
+
+    def filter(self, models):
+        """Return the models matching the valid criteria (an invalid field filters nothing)."""
+        data = self.cleaned_data if self.is_valid() else {}
+        if query := data.get("q", "").strip():
+            models = models.filter(Q(name__icontains=query) | Q(description__icontains=query))
+        if data.get("format"):
+            models = models.filter(versions__format=data["format"])
+        if tag := data.get("tag", "").strip():
+            # The JSON list as text holds the tag quoted; works on SQLite and PostgreSQL alike.
+            models = models.filter(versions__tags__icontains=json.dumps(tag))
+        return models.distinct()
+
+    @property
+    def active(self):
+        return self.is_valid() and any(self.cleaned_data.values())

@@ -13,6 +13,7 @@ from deployhub.registry.forms import (
     DeriveVersionForm,
     EditNotesForm,
     GoldenSetForm,
+    ModelSearchForm,
     NewModelForm,
     VersionUploadForm,
 )
@@ -68,9 +69,10 @@ def models_list(request):
         if form.is_valid() and (model := _create_model(request, team, form)):
             messages.success(request, f"Model {model} created with version 1.")
             return redirect(model)
-    models = team.models.prefetch_related("versions").order_by("name")
-    status = 400 if form.errors else 200
-    return render(request, "registry/models.html", {"models": models, "form": form}, status=status)
+    search = ModelSearchForm(request.GET)
+    models = search.filter(team.models.all()).prefetch_related("versions").order_by("name")
+    context = {"models": models, "form": form, "search": search, "total": team.models.count()}
+    return render(request, "registry/models.html", context, status=400 if form.errors else 200)
 
 
 def _create_model(request, team, form):
