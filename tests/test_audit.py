@@ -6,6 +6,7 @@ import io
 import pytest
 from django.contrib.auth import get_user_model
 
+from deployhub.releases.models import Release
 from deployhub.teams.models import Event, Role
 from tests.conftest import PASSWORD
 
@@ -35,6 +36,16 @@ def test_the_page_lists_the_teams_events_and_filters_them(client, trail, alice, 
     assert "release.review.approve" in by_bob and "job.failed" not in by_bob
     releases = client.get("/team/audit/", {"verb": "release."}).content.decode()
     assert "job.failed" not in releases and "release.proposed" in releases
+    one = {"object": "release", "object_id": "7"}
+    Event.record(
+        trail, alice, "release.submitted", Release(pk=7), before="draft", after="in-review"
+    )
+    Event.record(
+        trail, alice, "release.submitted", Release(pk=8), before="draft", after="in-review"
+    )
+    of_one = client.get("/team/audit/", one).content.decode()
+    assert "release #7" in of_one and "release #8" not in of_one
+    assert "draft → in-review" in of_one
     nothing = client.get("/team/audit/", {"until": "2000-01-01"}).content.decode()
     assert "No events match." in nothing
 
@@ -117,3 +128,42 @@ def test_role_changes_are_in_the_trail_however_they_are_made(demo_team, alice, b
         ("membership.role_changed", "reviewer", "admin"),
         ("membership.removed", "admin", None),
     ]
+
+
+def admin_form_data(response):
+    """The admin change form's fields as the browser would post them back, unchanged."""
+    data = {}
+    for name, field in response.context["adminform"].form.fields.items():
+        value = response.context["adminform"].form.initial.get(name, field.initial)
+        data[name] = "" if value is None else value
+    for inline in response.context["inline_admin_formsets"]:
+        formset = inline.formset
+        management = formset.management_form
+        for name in management.fields:
+            data[f"{formset.prefix}-{name}"] = management[name].value()
+        for form in formset.forms:
+            for name in form.fields:
+                value = form[name].value()
+                if value is not None:
+                    data[form.add_prefix(name)] = value
+    return data
+
+
+def test_a_role_changed_in_the_admin_names_who_changed_it(client, demo_team, alice, bob):
+    alice.is_staff = alice.is_superuser = True
+    alice.save()
+    client.force_login(alice)
+    path = f"/admin/teams/team/{demo_team.pk}/change/"
+    data = admin_form_data(client.get(path))
+    role_field = next(k for k, v in data.items() if k.endswith("-user") and v == bob.pk)
+    data[role_field.replace("-user", "-role")] = Role.ENGINEER
+
+    response = client.post(path, data)
+
+    assert response.status_code == 302, response.content[:2000]
+    event = Event.objects.get(verb="membership.role_changed", data__user="bob")
+    assert (event.actor, event.data["before"], event.data["after"]) == (
+        "alice",
+        "reviewer",
+        "engineer",
+    )

@@ -20,6 +20,7 @@ from deployhub.engines.models import AutoRun
 from deployhub.parity.models import ParityRun
 from deployhub.registry.models import Model
 from deployhub.releases.models import Release, ReleaseState
+from deployhub.teams.models import Event
 from tests.conformance_run import QUICK_BENCHMARKS
 from tests.conftest import ARTIFACTS, PASSWORD, ROOT, wait_until
 
@@ -149,3 +150,10 @@ def test_the_demo_model_reaches_production_through_review_and_rolls_back(
         "release.restored",
     ):
         assert verb in trail, verb
+
+    # Every state change of the story says what it was before and after, on the page too.
+    unchanged = {"engine.reused", "device.fingerprint_changed"}  # no state moved / a diff instead
+    silent = {e.verb for e in Event.objects.exclude(verb__in=unchanged) if not e.change}
+    assert not silent, silent
+    page.goto(f"{live_server.url}/team/audit/?verb=job.succeeded")
+    assert "running → succeeded" in page.locator("#events").inner_text()

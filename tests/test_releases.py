@@ -162,6 +162,38 @@ def test_a_first_production_release_has_nothing_to_roll_back_to(version, device_
     assert Release.objects.get().state == ReleaseState.PRODUCTION
 
 
+def test_a_rollback_never_restores_a_revoked_engine(version, device_class, erin, bob):
+    first = in_review(ready_engine(version, device_class, "fp32"), erin)
+    actions.review(first, bob, "approve")
+    actions.promote(first, bob)
+    second = in_review(ready_engine(version, device_class, "int8"), erin)
+    actions.review(second, bob, "approve")
+    actions.promote(second, bob)
+    first.engine.status = EngineStatus.REVOKED
+    first.engine.save()
+
+    with pytest.raises(ReleaseRefused, match="revoked engine"):
+        actions.rollback(second, bob, "p99 regressed")
+
+    second.refresh_from_db()
+    assert second.state == ReleaseState.PRODUCTION
+    assert Release.objects.get(pk=first.pk).state == ReleaseState.RETIRED
+
+
+def test_a_submit_that_fails_leaves_the_release_a_draft(version, device_class, erin, monkeypatch):
+    release = actions.propose(ready_engine(version, device_class), erin, "candidate")
+
+    def broken(release):
+        raise RuntimeError("storage full")
+
+    monkeypatch.setattr(actions.evidence, "store", broken)
+    with pytest.raises(RuntimeError):
+        actions.submit(release, erin)
+
+    assert Release.objects.get(pk=release.pk).state == ReleaseState.DRAFT
+    assert not Event.objects.filter(verb="release.submitted").exists()
+
+
 def test_changes_requested_send_it_back_to_draft_and_a_rejection_ends_it(
     version, device_class, erin, bob
 ):

@@ -286,6 +286,18 @@ def test_the_settings_page_shows_the_delivery_log(client, demo_team, alice):
     assert "release.promoted" in page and "502" in page and "37 ms" in page and "Failed" in page
 
 
+def test_only_an_admin_sees_the_webhooks_and_their_deliveries(client, demo_team, alice, bob):
+    webhook = Webhook.objects.create(team=demo_team, url="https://ci.example.com/hook?key=s3")
+    event = Event.record(demo_team, alice, "release.promoted", demo_team)
+    WebhookDelivery.objects.create(webhook=webhook, event=event, error="401 bad key s3")
+    client.login(username="bob", password=PASSWORD)
+
+    page = client.get("/team/settings/").content.decode()
+
+    assert "ci.example.com" not in page and "bad key" not in page
+    assert "Only an admin sees the team's webhooks" in page
+
+
 def test_the_hub_worker_knows_the_delivery_task():
     check = (
         "import django; django.setup(); from deployhub.celery import app;"

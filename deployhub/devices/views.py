@@ -30,7 +30,7 @@ def device_classes(request):
         if form.is_valid():
             form.instance.team = team
             device_class = form.save()
-            Event.record(team, request.user, "device_class.created", device_class)
+            Event.record(team, request.user, "device_class.created", device_class, after="created")
             return redirect(device_class)
     classes = team.device_classes.prefetch_related("devices") if team else []
     status = 400 if form.errors else 200
@@ -113,7 +113,8 @@ def device_class_edit(request, pk):
         request.user,
         "device_class.changed",
         device_class,
-        changed=form.changed_data,
+        before={name: form.initial.get(name) for name in form.changed_data},
+        after={name: form.cleaned_data.get(name) for name in form.changed_data},
     )
     messages.success(request, f"{device_class} saved: {form.instance.gate_rule}")
     return redirect(device_class)
@@ -126,7 +127,9 @@ def _register_device(request, device_class, form):
     try:
         with transaction.atomic():
             device.save()
-            Event.record(device_class.team, request.user, "device.registered", device)
+            Event.record(
+                device_class.team, request.user, "device.registered", device, after="registered"
+            )
     except IntegrityError:
         form.add_error("name", f"{device_class} already has a device named {device.name!r}.")
         return None

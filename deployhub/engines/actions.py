@@ -313,7 +313,15 @@ def record_engine(job, result):
         built_on=job.device,
         job=job,
     )
-    Event.record(job.team, f"device:{job.device}", "engine.built", engine, compat_key=key)
+    Event.record(
+        job.team,
+        f"device:{job.device}",
+        "engine.built",
+        engine,
+        compat_key=key,
+        before=None,
+        after=engine.status,
+    )
     return engine
 
 
@@ -344,7 +352,15 @@ def mark_stale(device, before, after):
             engine.status = EngineStatus.STALE
             engine.status_reason = f"{device} changed. {reason}"
             engine.save(update_fields=["status", "status_reason"])
-            Event.record(engine.team, f"device:{device}", "engine.stale", engine, reason=reason)
+            Event.record(
+                engine.team,
+                f"device:{device}",
+                "engine.stale",
+                engine,
+                reason=reason,
+                before=EngineStatus.VALID,
+                after=EngineStatus.STALE,
+            )
             stale.append(engine)
     if stale and device.device_class.auto_rebuild:
         for engine in stale:

@@ -53,7 +53,16 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
         )
         job.append_log(f"queued on {device_class.queue} by {user or 'the system'}")
         job.save(update_fields=["log"])
-        Event.record(team, user, "job.queued", job, kind=kind, device_class=device_class.slug)
+        Event.record(
+            team,
+            user,
+            "job.queued",
+            job,
+            kind=kind,
+            device_class=device_class.slug,
+            before=None,
+            after=JobState.QUEUED,
+        )
         _enqueue(job)
     return job
 
@@ -93,7 +102,7 @@ def claim_job(job_id, device, attempt):
             raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
         if job.state != JobState.QUEUED:
             raise JobConflict(f"The job is {job.state}; it cannot be claimed.")
-        now = timezone.now()
+        now, before = timezone.now(), job.state
         job.state = JobState.RUNNING
         job.device = device
         job.started_at = job.started_at or now
@@ -102,7 +111,15 @@ def claim_job(job_id, device, attempt):
         job.message = f"claimed by {device}"
         job.append_log(f"attempt {attempt} claimed by device {device}")
         job.save()
-        Event.record(job.team, f"device:{device}", "job.claimed", job, attempt=attempt)
+        Event.record(
+            job.team,
+            f"device:{device}",
+            "job.claimed",
+            job,
+            attempt=attempt,
+            before=before,
+            after=job.state,
+        )
     return job
 
 
@@ -159,7 +176,15 @@ def complete_job(
         if state == JobState.FAILED:
             job.failure_category = failure_category or ""
         _finish(job, state, error=error)
-        Event.record(job.team, f"device:{device}", f"job.{state}", job, attempt=attempt)
+        Event.record(
+            job.team,
+            f"device:{device}",
+            f"job.{state}",
+            job,
+            attempt=attempt,
+            before=JobState.RUNNING,
+            after=state,
+        )
         for callback in kinds.finished_callbacks():
             transaction.on_commit(lambda callback=callback: callback(job))
     return job
@@ -193,6 +218,7 @@ def cancel_job(job_id, user):
     """Cancel a queued job now, or ask the worker running it to stop."""
     with transaction.atomic():
         job = _locked(job_id)
+        before = job.state
         if job.is_final:
             raise JobConflict(f"The job is already {job.state}.")
         if job.state == JobState.QUEUED:
@@ -202,11 +228,13 @@ def cancel_job(job_id, user):
             job.message = "cancel requested"
             job.append_log(f"cancel requested by {user}")
             job.save()
-        Event.record(job.team, user, "job.cancel", job)
+        after = job.state if job.is_final else f"{job.state}, cancel requested"
+        Event.record(job.team, user, "job.cancel", job, before=before, after=after)
     return job
 
 
 def _reap(job, now):
+    before = job.state
     if job.cancel_requested:
         _finish(job, JobState.CANCELLED, error="cancelled; the worker stopped answering")
     elif job.attempt < job.max_attempts:
@@ -222,7 +250,15 @@ def _reap(job, now):
         _enqueue(job)
     else:
         _finish(job, JobState.FAILED, error=f"worker lost after {job.attempt} attempts")
-    Event.record(job.team, "reaper", f"job.reaped.{job.state}", job, attempt=job.attempt)
+    Event.record(
+        job.team,
+        "reaper",
+        f"job.reaped.{job.state}",
+        job,
+        attempt=job.attempt,
+        before=before,
+        after=job.state,
+    )
 
 
 def reap_expired_jobs(now=None):

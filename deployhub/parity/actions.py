@@ -81,7 +81,7 @@ def _store(run, path, device_class):
             params=params,
         )
         run.save()
-        Event.record(run.team, run.created_by, "parity.queued", run, job=run.job.pk)
+        Event.record(run.team, run.created_by, "parity.queued", run, job=run.job.pk, after="queued")
     return run
 
 

@@ -128,6 +128,7 @@ def _save(golden, path):
             version=golden.model_version_id,
             sha256=golden.sha256,
             pairs=golden.pairs,
+            after="stored",
         )
     return golden
 

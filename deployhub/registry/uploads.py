@@ -329,6 +329,8 @@ def save_version(version, path, move=True):
                 version,
                 sha256=version.sha256,
                 format=version.format,
+                before=None,
+                after=f"v{version.number} stored",
             )
     except BaseException:
         if new_file:
@@ -433,5 +435,5 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
         dataset.file.name = dataset_upload_path(dataset, "")
         with placed(stored, dataset.file.name), transaction.atomic():
             dataset.save()
-            Event.record(version.team, user, "dataset.created", dataset, kind=kind)
+            Event.record(version.team, user, "dataset.created", dataset, kind=kind, after="stored")
     return dataset

@@ -155,9 +155,13 @@ def version_notes(request, pk):
     require_role(request.user, version.team, Role.ENGINEER)
     form = EditNotesForm(request.POST)
     if form.is_valid():
+        before = {"notes": version.notes, "tags": version.tags}
         version.notes, version.tags = form.cleaned_data["notes"], form.cleaned_data["tags"]
         version.save(update_fields=["notes", "tags"])
-        Event.record(version.team, request.user, "version.notes", version)
+        after = {"notes": version.notes, "tags": version.tags}
+        Event.record(
+            version.team, request.user, "version.notes", version, before=before, after=after
+        )
         messages.success(request, "Notes and tags saved.")
     return redirect(version)
 

@@ -56,10 +56,12 @@ def submit(release, user):
     """Send a draft for review (its author, or an engineer and up)."""
     require_role(user, release.team, Role.ENGINEER)
     _require_state(release, "submitted for review", ReleaseState.DRAFT)
-    release.submitted_at = timezone.now()
-    notify.entered_review(release)
-    _move(release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review.")
-    return evidence.store(release)
+    with transaction.atomic():  # in review only with its evidence pack, or not at all
+        release = _locked(release, "submitted for review", ReleaseState.DRAFT)
+        release.submitted_at = timezone.now()
+        notify.entered_review(release)
+        _move(release, user, ReleaseState.IN_REVIEW, "release.submitted", "Submitted for review.")
+        return evidence.store(release)
 
 
 def refresh_evidence(release, user):
@@ -162,6 +164,11 @@ def rollback(release, user, reason):
         previous = Release.objects.select_for_update().filter(pk=release.replaced_id).first()
         if previous is None or previous.state != ReleaseState.RETIRED:
             raise ReleaseRefused("There is no previous production release to restore.")
+        if previous.engine.status == EngineStatus.REVOKED:
+            raise ReleaseRefused(
+                f"The release it would restore, #{previous.pk}, runs a revoked engine: "
+                "propose a valid engine instead of rolling back."
+            )
         _move(release, user, ReleaseState.ROLLED_BACK, "release.rolled_back", reason)
         previous.promoted_at = timezone.now()
         return _move(

@@ -7,6 +7,7 @@ changes one. The filters live in the URL, so a view of the trail can be shared.
 import csv
 import datetime
 import io
+import json
 
 from django import forms
 
@@ -18,7 +19,10 @@ CSV_COLUMNS = ["time", "actor", "verb", "object", "object_id", "before", "after"
 class AuditFilter(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     verb = forms.CharField(required=False, max_length=60, help_text="e.g. release. or job.failed")
-    object = forms.CharField(required=False, max_length=60, label="Object type")
+    object = forms.CharField(
+        required=False, max_length=60, label="Object type", help_text="e.g. release, job"
+    )
+    object_id = forms.IntegerField(required=False, min_value=1, label="Object id")
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
@@ -36,6 +40,8 @@ def filtered_events(team, params):
         events = events.filter(verb__startswith=data["verb"])
     if data["object"]:
         events = events.filter(target_type=data["object"])
+    if data["object_id"]:
+        events = events.filter(target_id=data["object_id"])
     if data["since"]:
         events = events.filter(created_at__date__gte=data["since"])
     if data["until"]:
@@ -58,9 +64,16 @@ def events_csv(events):
                 event.verb,
                 event.target_type,
                 event.target_id,
-                before if before is not None else "",
-                after if after is not None else "",
-                data or "",
+                _cell(before),
+                _cell(after),
+                json.dumps(data) if data else "",
             ]
         )
     return out.getvalue()
+
+
+def _cell(value):
+    """A before/after value in one CSV cell: text as it is, structures as JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)

@@ -68,6 +68,17 @@ class EventQuerySet(models.QuerySet):
         raise TypeError("Events are append-only.")
 
 
+def shown(value):
+    """A recorded value as a person reads it: key: value pairs, never a Python repr."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, dict):
+        return "; ".join(f"{key}: {shown(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return ", ".join(shown(item) for item in value)
+    return str(value)
+
+
 def _actor_name(actor):
     if actor is None:
         return "system"
@@ -100,6 +111,19 @@ class Event(models.Model):
         from deployhub.teams.webhooks import announce_on_commit  # it imports these models
 
         announce_on_commit(self)
+
+    @property
+    def change(self):
+        """The state change as "before → after" text; "" when the event records none."""
+        if "before" not in self.data and "after" not in self.data:
+            return ""
+        return f"{shown(self.data.get('before'))} → {shown(self.data.get('after'))}"
+
+    @property
+    def details(self):
+        """The rest of what the event records, as "key: value" text."""
+        rest = {k: v for k, v in self.data.items() if k not in ("before", "after")}
+        return shown(rest) if rest else ""
 
     @classmethod
     def record(cls, team, actor, verb, target, **data):

@@ -1,11 +1,13 @@
 """Role changes in the audit trail, however they are made (the admin, a command, the shell).
 
 A membership created, changed or removed is an Event of its team, with the role
-before and after. The actor is "system": Django's signals do not know who acted.
+before and after. The actor is the signed-in user of the request that made it (the
+admin), or "system" outside a request (a command, the shell).
 """
 
 from django.db.models.signals import post_delete, post_save, pre_save
 
+from deployhub.teams.actor import current_actor
 from deployhub.teams.models import Event, Membership, Role
 
 
@@ -26,7 +28,7 @@ def record_role(sender, instance, created, **kwargs):
     verb = "membership.added" if created else "membership.role_changed"
     Event.record(
         instance.team,
-        None,
+        current_actor(),
         verb,
         instance,
         user=instance.user.get_username(),
@@ -38,7 +40,7 @@ def record_role(sender, instance, created, **kwargs):
 def record_removal(sender, instance, **kwargs):
     Event.record(
         instance.team,
-        None,
+        current_actor(),
         "membership.removed",
         instance,
         user=instance.user.get_username(),

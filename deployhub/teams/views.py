@@ -50,7 +50,17 @@ def revoke_token(request, pk):
 def _record_token(user, verb, record):
     """Record a token's creation or revocation in each of its user's teams (tokens are personal)."""
     for team in teams_of(user):
-        Event.record(team, user, verb, record, name=record.name, scope=record.scope)
+        before, after = (None, "active") if verb == "token.created" else ("active", "revoked")
+        Event.record(
+            team,
+            user,
+            verb,
+            record,
+            name=record.name,
+            scope=record.scope,
+            before=before,
+            after=after,
+        )
 
 
 def _team(request):
@@ -92,6 +102,7 @@ def team_settings(request):
     team = _team(request)
     form = SettingsForm(initial={"approvals_required": team.approvals_required})
     webhook_form, new_webhook = webhooks.WebhookForm(), None
+    admin = team.role_of(request.user) == Role.ADMIN  # webhook URLs and answers can hold secrets
     if request.method == "POST":
         require_role(request.user, team, Role.ADMIN)
         action = request.POST.get("action", "settings")
@@ -122,8 +133,8 @@ def team_settings(request):
         "team": team,
         "webhook_form": webhook_form,
         "new_webhook": new_webhook,
-        "webhooks": webhooks.webhooks_of(team),
-        "deliveries": webhooks.recent_deliveries(team),
+        "webhooks": webhooks.webhooks_of(team) if admin else [],
+        "deliveries": webhooks.recent_deliveries(team) if admin else [],
     }
     status = 400 if form.errors or webhook_form.errors else 200
     return render(request, "teams/settings.html", context, status=status)

@@ -207,7 +207,16 @@ def add_webhook(team, user, url, events):
     require_role(user, team, Role.ADMIN)
     with transaction.atomic():
         webhook = Webhook.objects.create(team=team, url=url, events=events, created_by=user)
-        Event.record(team, user, "webhook.created", webhook, url=shown_url(url), events=events)
+        Event.record(
+            team,
+            user,
+            "webhook.created",
+            webhook,
+            url=shown_url(url),
+            events=events,
+            before=None,
+            after="active",
+        )
     return webhook
 
 
@@ -227,6 +236,8 @@ def delete_webhook(team, user, webhook_id):
             webhook,
             url=shown_url(webhook.url),
             events=webhook.events,
+            before="active",
+            after="deleted",
         )
         webhook.delete()
     return webhook
