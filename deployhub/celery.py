@@ -19,6 +19,11 @@ def _settings_config():
                 "schedule": float(settings.DEPLOYHUB_REAPER_INTERVAL),
                 "options": {"queue": settings.CELERY_HUB_QUEUE, "expires": 30},
             },
+            "sweep-webhook-deliveries": {
+                "task": "deployhub.teams.sweep_webhooks",
+                "schedule": 60.0,
+                "options": {"queue": settings.CELERY_HUB_QUEUE, "expires": 50},
+            },
         },
         "beat_schedule_filename": str(settings.VAR_DIR / "celerybeat-schedule"),
         "imports": ["deployhub.jobs.tasks", "deployhub.teams.tasks"],

@@ -323,3 +323,35 @@ def test_a_bad_port_a_bad_id_and_secrets_in_the_url_are_handled(client, demo_tea
     )
     created = Event.objects.filter(verb="webhook.created").values_list("data__url", flat=True)
     assert list(created) == ["https://hooks.example.com/x"]
+
+
+def test_a_lost_attempt_is_sent_by_the_sweep_and_a_dead_senders_is_retried(
+    receiver, eager_hub, quick_retries, demo_team, alice, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployhub.teams.webhooks import sweep_deliveries
+
+    webhook = Webhook.objects.create(team=demo_team, url=receiver.url())
+    event = Event.record(demo_team, alice, "release.promoted", demo_team)
+    long_ago = timezone.now() - timedelta(minutes=10)
+    lost = WebhookDelivery.objects.create(webhook=webhook, event=event, next_attempt_at=long_ago)
+    stuck = WebhookDelivery.objects.create(
+        webhook=webhook, event=event, state=DeliveryState.SENDING, next_attempt_at=long_ago
+    )
+    not_due = WebhookDelivery.objects.create(
+        webhook=webhook, event=event, next_attempt_at=timezone.now()
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resent, given_up = sweep_deliveries()
+
+    assert set(resent) == {lost.pk} and given_up == [stuck.pk]
+    for delivery in (lost, stuck, not_due):
+        delivery.refresh_from_db()
+    assert lost.state == DeliveryState.SUCCEEDED and len(receiver.requests) >= 1
+    assert stuck.state == DeliveryState.FAILED and "stopped while sending" in stuck.error
+    assert WebhookDelivery.objects.filter(attempt=2).exists()  # the dead sender's retry
+    assert not_due.state == DeliveryState.PENDING  # its own message is still on its way

@@ -40,6 +40,11 @@ DEFAULT_RETRY_DELAYS = (30, 120, 600, 3600)
 PREFIX = re.compile(r"^[a-z0-9_.-]+$")
 
 
+LOST_AFTER_S = 60
+STUCK_AFTER_S = 300  # far past one attempt's timeouts
+SENDER_LOST = "The hub worker stopped while sending; the attempt was given up and retried."
+
+
 def retry_delays():
     return list(getattr(settings, "DEPLOYHUB_WEBHOOK_RETRY_DELAYS", DEFAULT_RETRY_DELAYS))
 
@@ -77,6 +82,33 @@ def send_delivery(delivery_id, countdown=0):
             logger.warning("could not queue webhook delivery %s: %s", delivery_id, exc)
 
     transaction.on_commit(send)
+
+
+def sweep_deliveries(now=None):
+    """Resend attempts whose message was lost; fail and retry those whose sender died.
+
+    A pending attempt more than a minute past due lost its message (the broker was down
+    when it was queued, or the hub worker restarted); one still sending minutes after it
+    was due lost its sender. Returns (resent, given up on).
+    """
+    now = now or timezone.now()
+    lost = WebhookDelivery.objects.filter(
+        state=DeliveryState.PENDING, next_attempt_at__lt=now - timedelta(seconds=LOST_AFTER_S)
+    )
+    resent = list(lost.values_list("pk", flat=True))
+    for delivery_id in resent:
+        send_delivery(delivery_id)
+    stuck = WebhookDelivery.objects.filter(
+        state=DeliveryState.SENDING, next_attempt_at__lt=now - timedelta(seconds=STUCK_AFTER_S)
+    ).select_related("webhook", "event")
+    abandoned = []
+    for delivery in stuck:
+        moved = WebhookDelivery.objects.filter(pk=delivery.pk, state=DeliveryState.SENDING)
+        if moved.update(state=DeliveryState.FAILED, error=SENDER_LOST, delivered_at=now):
+            abandoned.append(delivery.pk)
+            if delivery.webhook.active:
+                retry(delivery)
+    return resent, abandoned
 
 
 # Sending: one attempt, signed, no redirects; a failure queues the next attempt.
