@@ -78,6 +78,7 @@ urlpatterns = [
     path("releases/<int:pk>/rollback", release_views.release_rollback, name="release_rollback"),
     path("releases/<int:pk>/evidence", release_views.release_evidence, name="release_evidence"),
     path("figures/plotly.min.js", figure_http.plotly_js, name="plotly_js"),
+    path("figures/", include("deployhub.figures.engine_urls")),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),
