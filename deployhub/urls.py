@@ -9,6 +9,7 @@ from deployhub.demo import views as demo_views
 from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
 from deployhub.figures import http as figure_http
+from deployhub.figures import views as figure_views
 from deployhub.jobs import views as job_views
 from deployhub.parity import views as parity_views
 from deployhub.registry import views as registry_views
@@ -79,6 +80,14 @@ urlpatterns = [
     path("releases/<int:pk>/evidence", release_views.release_evidence, name="release_evidence"),
     path("figures/plotly.min.js", figure_http.plotly_js, name="plotly_js"),
     path("figures/", include("deployhub.figures.engine_urls")),
+    path("models/<int:pk>/tradeoffs/", figure_views.tradeoffs, name="model_tradeoffs"),
+    path(
+        "models/<int:pk>/tradeoffs.json", figure_views.tradeoffs_json, name="model_tradeoffs_json"
+    ),
+    path("models/<int:pk>/fleet/", figure_views.fleet, name="model_fleet"),
+    path("models/<int:pk>/fleet.json", figure_views.fleet_json, name="model_fleet_json"),
+    path("models/<int:pk>/trend/", figure_views.trend, name="model_trend"),
+    path("models/<int:pk>/trend.json", figure_views.trend_json, name="model_trend_json"),
     path("jobs/", job_views.jobs_list, name="jobs"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job_detail"),
     path("jobs/<int:pk>/status", job_views.job_status, name="job_status"),

@@ -7,6 +7,11 @@ class FiguresConfig(AppConfig):
     name = "deployhub.figures"
 
     def ready(self):
+        """Make the model page the model's home: the explorer, best engines, exports."""
+        from deployhub.figures.home import model_part
+        from deployhub.registry import pages
+
+        pages.contribute_to_model_page("figures/_model_home.html", model_part)
         contribute_engine_figures()
 
 

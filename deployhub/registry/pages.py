@@ -9,6 +9,8 @@ registry/version_detail.html, in the order the apps are installed (parity in
 then engines in "work"; the jobs table in "activity", at the end). A refused
 action re-renders the page with its bound form through
 version_page(..., <name>_form=form), which wins over the provider's empty one.
+The model page takes parts the same way (contribute_to_model_page): figures draws
+the model's home there (explorer, best engine per class, exports).
 """
 
 from django.shortcuts import render
@@ -33,6 +35,24 @@ def contribute(provider=None, *, slot=None, template=None):
         _providers.append(provider)
     if template is not None and template not in _sections[slot]:
         _sections[slot].append(template)
+
+
+_model_parts = []
+
+
+def contribute_to_model_page(template, provider=None):
+    """Draw template on every model page, below its versions, with provider(model, request)."""
+    if not any(part[0] == template for part in _model_parts):
+        _model_parts.append((template, provider))
+
+
+def model_context(model, request):
+    """Return the context the model page's contributed parts read, and their templates."""
+    context = {"model_sections": [template for template, _ in _model_parts]}
+    for _, provider in _model_parts:
+        if provider is not None:
+            context.update(provider(model, request))
+    return context
 
 
 def version_context(version, **forms):

@@ -1,0 +1,144 @@
+"""The trade-off explorer: accuracy against latency, memory as size, one facet per device class.
+
+x is the latency the class's gate judges (p99 for a real-time class, milliseconds per
+image at the measured batch for a batch class; log scale), y the accuracy (top-1 with
+labels, else top-1 agreement with the FP32 source), marker size the peak memory. The
+Pareto frontier over the three is marked, the frame budget is a vertical line, the
+accuracy tolerance a band, the production engine is ringed.
+"""
+
+from dataclasses import dataclass, field
+
+from django.http import QueryDict
+
+from deployhub.engines.models import Engine
+from deployhub.figures.pareto import pareto_front
+from deployhub.figures.points import load_points
+
+NO_ENGINE = "No engine yet: compile one or start auto mode on a version's page."
+NO_BENCHMARK = "{n} engine(s) have no benchmark yet: run one on the engine page ({names})."
+NO_ACCURACY = (
+    "{n} engine(s) have no accuracy run yet: run an evaluation on the engine page ({names})."
+)
+
+
+@dataclass
+class Filters:
+    """What the explorer shows, read from the URL so that a view can be shared."""
+
+    classes: list = field(default_factory=list)
+    backends: list = field(default_factory=list)
+    precisions: list = field(default_factory=list)
+    vmin: int | None = None
+    vmax: int | None = None
+
+    @classmethod
+    def from_query(cls, query: QueryDict):
+        """Read ?class=&backend=&precision=&vmin=&vmax=; raise ValueError on a bad version."""
+        return cls(
+            classes=[v for v in query.getlist("class") if v],
+            backends=[v for v in query.getlist("backend") if v],
+            precisions=[v for v in query.getlist("precision") if v],
+            vmin=_version(query, "vmin"),
+            vmax=_version(query, "vmax"),
+        )
+
+    def engines(self, model):
+        """The model's engines these filters keep (precision is kept in keep())."""
+        engines = Engine.objects.filter(model_version__model=model)
+        if self.classes:
+            engines = engines.filter(device_class__slug__in=self.classes)
+        if self.backends:
+            engines = engines.filter(backend__in=self.backends)
+        if self.vmin is not None:
+            engines = engines.filter(model_version__number__gte=self.vmin)
+        if self.vmax is not None:
+            engines = engines.filter(model_version__number__lte=self.vmax)
+        return engines
+
+    def keep(self, point):
+        return not self.precisions or point.precision in self.precisions
+
+
+def _version(query, name):
+    value = (query.get(name) or "").strip().lstrip("v")
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"{name} must be a version number, like 3 (got {query.get(name)!r}).")
+    return int(value)
+
+
+@dataclass
+class Facet:
+    """One device class's part of the explorer: its points and where its budget lies."""
+
+    device_class: object
+    points: list
+    accuracy_kind: str  # "top1" or "agreement"
+
+    @property
+    def budget_ms(self):
+        """The frame budget; for a batch class, the ms per image its throughput target allows."""
+        dc = self.device_class
+        if dc.is_batch:
+            return 1000.0 / dc.throughput_target_ips if dc.throughput_target_ips else None
+        return dc.frame_budget_ms
+
+    @property
+    def band(self):
+        """(low, high) of the accuracy the class's tolerance accepts, on this facet's y."""
+        tolerance = self.device_class.accuracy_tolerance / 100
+        if self.accuracy_kind == "agreement":
+            return (1.0 - tolerance, 1.0)
+        references = [p.accuracy["reference_top1"] for p in self.points]
+        reference = max((r for r in references if r is not None), default=None)
+        return None if reference is None else (reference - tolerance, reference)
+
+    def accuracy(self, point):
+        return point.top1 if self.accuracy_kind == "top1" else point.agreement
+
+
+def make_facet(device_class, points):
+    """Return the class's facet, its Pareto points marked (point.pareto)."""
+    labelled = all(p.top1 is not None for p in points) and points
+    facet = Facet(device_class, points, "top1" if labelled else "agreement")
+    axes = [(p.latency_ms, facet.accuracy(p), p.memory_mb) for p in points]
+    front = set(pareto_front(axes))
+    for index, point in enumerate(points):
+        point.pareto = index in front
+    return facet
+
+
+@dataclass
+class Explorer:
+    facets: list
+    notes: list
+
+    @property
+    def points(self):
+        return [point for facet in self.facets for point in facet.points]
+
+
+def _names(points, limit=3):
+    names = [f"v{p.version} {p.backend} {p.precision} #{p.engine_id}" for p in points[:limit]]
+    return ", ".join(names) + (", …" if len(points) > limit else "")
+
+
+def explore(model, filters=None):
+    """Return the explorer's facets (classes with something to plot) and its notes."""
+    filters = filters or Filters()
+    points = [p for p in load_points(model, filters.engines(model)) if filters.keep(p)]
+    notes = [] if points else [NO_ENGINE]
+    unmeasured = [p for p in points if p.latency_ms is None]
+    unevaluated = [p for p in points if p.latency_ms is not None and p.accuracy is None]
+    if unmeasured:
+        notes.append(NO_BENCHMARK.format(n=len(unmeasured), names=_names(unmeasured)))
+    if unevaluated:
+        notes.append(NO_ACCURACY.format(n=len(unevaluated), names=_names(unevaluated)))
+    plotted = [p for p in points if p.latency_ms is not None and p.accuracy is not None]
+    by_class = {}
+    for point in plotted:
+        by_class.setdefault(point.device_class, []).append(point)
+    facets = [make_facet(dc, by_class[dc]) for dc in sorted(by_class, key=lambda c: c.slug)]
+    return Explorer(facets, notes)
