@@ -1,0 +1,76 @@
+"""The pages around the figures, in headless Chromium: what a first use in the browser found."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.benchmark_results import LATENCY, SERVER_BLOCK, SWEEP, record_run, result
+from tests.conftest import ARTIFACTS, PASSWORD, stored_engine
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+LONG_CONFIG = {
+    "precision": "int8",
+    "provider": "CPUExecutionProvider",
+    "graph_optimization_level": "ORT_ENABLE_ALL",
+    "quantization": {"calibration": "minmax", "per_channel": True, "op_types": ["Conv", "Gemm"]},
+    "offline_optimised_model": True,
+}
+
+
+def log_in(browser, live_server, width=1400):
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/models/")
+    return page
+
+
+@pytest.fixture
+def measured(version, device_class):
+    """Three runs of the version: an engine with a long config, a server run, a batch sweep."""
+    engine = stored_engine(version, device_class, build_config=LONG_CONFIG)
+    unstable = {"stable": False, "reasons": ["p50 drifted 12% between the first and last window"]}
+    close = {**LATENCY, "p99": 30.0}  # within 33.3 ms, not by 2x: an unstable run decides nothing
+    record_run(version, device_class, result(stability=unstable, latency_ms=close), engine)
+    record_run(version, device_class, result(scenario="server", server=SERVER_BLOCK))
+    record_run(version, device_class, result(batch_sweep=SWEEP, latency_ms={**LATENCY, "p99": 9.0}))
+    return version
+
+
+def overflow(page, selector):
+    """Return how many pixels the element's content overflows it sideways (0: none)."""
+    return page.eval_on_selector(selector, "el => el.scrollWidth - el.clientWidth")
+
+
+def test_it_fits_the_results_card_at_1400px_and_shows_no_python_reprs(
+    live_server, browser, measured
+):
+    page = log_in(browser, live_server)
+    page.goto(f"{live_server.url}{measured.get_absolute_url()}")
+    table = page.locator("#results-table")
+    expect(table).to_be_visible()
+
+    assert overflow(page, "#benchmarks") <= 0
+    assert overflow(page, "html") <= 0
+    headers = table.locator("thead th").all_inner_texts()
+    assert headers[:3] == ["Build", "Device class", "Batch"] and "Peak memory" in headers
+    assert "When" in headers and "Gate" in headers
+    gate = page.locator("tr.run", has_text="engine #").locator("td.gate .badge")
+    assert gate.inner_text() == "Unstable: measure again"
+    assert "measure again before trusting it" in gate.get_attribute("title")
+
+    # Every details toggle opened: still no sideways scroll, and readable key/value text.
+    for summary in page.locator("tr.run-details > td > details > summary").all():
+        summary.click()
+    config = page.locator("dd.build-config").first
+    expect(config).to_contain_text("precision int8")
+    expect(config).to_contain_text("quantization.op_types Conv, Gemm")
+    assert overflow(page, "#benchmarks") <= 0
+    text = page.locator("body").inner_text()
+    assert "{'" not in text and "['" not in text
+    assert "cv (core)" in page.locator("#results-glossary").inner_text()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "results-1400.png"), full_page=True)
