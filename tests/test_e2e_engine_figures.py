@@ -1,0 +1,97 @@
+"""In Chromium against a live hub: the engine page and the release page draw their figures.
+
+The engine page draws its latency distribution, its comparison with the production
+engine and its batch sweep; the release page draws the candidate against production.
+Each figure is drawn by plotly.js served from the installed package, with the traces
+the stored runs give and no console error. Screenshots are kept in test-artifacts/.
+"""
+
+import base64
+
+import numpy as np
+import pytest
+
+from deployhub.releases.models import Release, ReleaseState
+from tests.benchmark_results import SWEEP, record_run, result
+from tests.conftest import ARTIFACTS, PASSWORD, stored_engine
+from tests.gate_evidence import evaluated
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def measured(engine, centre_ms):
+    """A benchmark of the engine keeping 500 samples around centre_ms, with a batch sweep."""
+    ms = np.random.default_rng(0).normal(centre_ms, centre_ms / 20, 500).clip(0.1)
+    block = {
+        "format": "f32le-base64",
+        "measured": 500,
+        "count": 500,
+        "data": base64.b64encode(ms.astype("<f4").tobytes()).decode(),
+    }
+    p50, p90, p95, p99 = np.percentile(ms, [50, 90, 95, 99])
+    latency = {"min": ms.min(), "p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": ms.max()}
+    latency = {key: float(value) for key, value in latency.items()}
+    latency |= {"mean": float(ms.mean()), "std": float(ms.std())}
+    body = result(iterations=500, latency_ms=latency, latency_samples=block, batch_sweep=SWEEP)
+    return record_run(engine.model_version, engine.device_class, body, engine=engine)
+
+
+def traces_of(page, element_id):
+    """Wait until the figure is drawn; return the names of its traces."""
+    page.wait_for_selector(f"#{element_id}[data-drawn='true']", timeout=20_000)
+    return page.evaluate(f"document.getElementById('{element_id}').data.map(t => t.name)")
+
+
+def test_the_engine_and_release_pages_draw_their_figures(
+    browser, live_server, alice, version, device_class
+):
+    production = stored_engine(version, device_class)
+    candidate = stored_engine(version, device_class, {"precision": "int8"})
+    production_run, candidate_run = measured(production, 12.0), measured(candidate, 8.0)
+    evaluated(production, agreement=1.0)
+    evaluated(candidate, agreement=0.99)
+    model = version.model
+    Release.objects.create(
+        engine=production, model=model, device_class=device_class, state=ReleaseState.PRODUCTION
+    )
+    release = Release.objects.create(engine=candidate, model=model, device_class=device_class)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{live_server.url}/login/")
+    page.fill("input[name=username]", alice.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+
+    page.goto(f"{live_server.url}{candidate.get_absolute_url()}")
+
+    label = f"engine #{candidate.pk} onnxruntime int8 b1 (run #{candidate_run.pk})"
+    assert traces_of(page, "figure-latency") == [
+        f"{label} histogram",
+        f"{label} CDF",
+        f"{label} p50/p90/p99",
+    ]
+    assert f"production: engine #{production.pk} onnxruntime CDF" in traces_of(
+        page, "figure-against-production"
+    )
+    assert traces_of(page, "figure-sweep") == [f"{label} throughput", f"{label} p99"]
+    assert page.locator("#figure-latency .main-svg").count() > 0  # plotly drew an SVG
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "engine-figures.png"), full_page=True)
+
+    page.goto(f"{live_server.url}{release.get_absolute_url()}")
+
+    drawn = traces_of(page, "figure-against-production")
+    assert drawn[:2] == [
+        f"candidate: engine #{candidate.pk} onnxruntime CDF",
+        f"candidate: engine #{candidate.pk} onnxruntime p50/p90/p99",
+    ]
+    assert f"production: engine #{production.pk} onnxruntime accuracy" in drawn
+    title = page.locator("#figure-against-production .gtitle").text_content()
+    assert "Δ p99" in title and "Δ accuracy -1.00 points" in title
+    page.locator("#against-production").screenshot(
+        path=str(ARTIFACTS / "release-against-production.png")
+    )
+    assert errors == []
+    assert production_run.samples_ms() is not None
