@@ -111,15 +111,17 @@ def _frontier_trace(facet, first):
     )
 
 
-def _production_trace(facet, sizes, first):
+def _production_trace(facet, sizes, seen):
     production = [p for p in facet.points if p.production]
+    first = bool(production) and "production" not in seen
+    seen.update(["production"] if production else [])
     return go.Scatter(
         x=[p.latency_ms for p in production],
         y=[facet.accuracy(p) for p in production],
         mode="markers",
         name="production",
         legendgroup="production",
-        showlegend=first and bool(production),
+        showlegend=first,
         marker={**PRODUCTION_RING, "size": [sizes[p.engine_id] + 12 for p in production]},
         customdata=[p.url for p in production],
         hoverinfo="skip",
@@ -161,7 +163,7 @@ def tradeoff_figure(explorer):
         for trace in _group_traces(facet, sizes, seen):
             figure.add_trace(trace, row=1, col=column)
         figure.add_trace(_frontier_trace(facet, column == 1), row=1, col=column)
-        figure.add_trace(_production_trace(facet, sizes, column == 1), row=1, col=column)
+        figure.add_trace(_production_trace(facet, sizes, seen), row=1, col=column)
         _facet_guides(figure, facet, column)
         x_title = "ms per image (log)" if facet.device_class.is_batch else "p99 latency, ms (log)"
         figure.update_xaxes(type="log", title_text=x_title, row=1, col=column)
