@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from deployhub.benchmarks.models import NO_SAMPLES, BenchmarkRun, LatencySamples
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.actions import submit_job
+from deployhub.jobs.models import Job, JobKind, JobState
 from tests.api_calls import call
 from tests.benchmark_results import NEW_RESULT, record_run, result
+from tests.conftest import wait_until
 from workers.benchmark import benchmark_onnxruntime
 from workers.latency import SAMPLES_KEPT, compact_samples, expand_samples
 
@@ -137,3 +139,34 @@ def test_a_real_benchmark_sends_samples_the_hub_stores(client, job, make_device,
     # float32 keeps the run's own percentiles within rounding
     assert np.percentile(samples, 99) == pytest.approx(run.latency_p99_ms, rel=1e-5)
     assert samples.min() == pytest.approx(run.latency_min_ms, rel=1e-6)
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_sends_samples_the_hub_keeps(
+    version, device_class, make_device, start_worker, alice
+):
+    device, token = make_device()
+    worker = start_worker(device, token)
+    job = submit_job(
+        team=version.team,
+        kind=JobKind.BENCHMARK,
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+        params={"warmup_iterations": 5, "iterations": 5000},
+    )
+
+    job = wait_until(
+        lambda: (found := Job.objects.get(pk=job.pk)).is_final and found,
+        90,
+        "the benchmark to finish",
+        on_timeout=worker.output,
+    )
+
+    assert job.state == JobState.SUCCEEDED, job.log + job.error
+    run = BenchmarkRun.objects.get(job=job)
+    samples = run.samples_ms()
+    assert len(samples) == SAMPLES_KEPT and run.latency_samples.measured == 5000
+    assert samples.min() >= run.latency_min_ms * 0.999999
+    assert samples.max() <= run.latency_max_ms * 1.000001
