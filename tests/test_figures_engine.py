@@ -229,3 +229,18 @@ def test_a_device_without_changes_says_when_one_is_recorded(client, alice, make_
     _, body = traces(client, f"/figures/devices/{device.pk}/fingerprints.json")
 
     assert body["notes"][0].startswith(f"No fingerprint change recorded for device {device.name}")
+
+
+def test_the_production_engine_is_not_compared_with_itself(client, alice, version, device_class):
+    engine = stored_engine(version, device_class)
+    Release.objects.create(
+        engine=engine, model=version.model, device_class=device_class, state=ReleaseState.PRODUCTION
+    )
+    client.force_login(alice)
+
+    drawn, body = traces(client, f"/figures/engines/{engine.pk}/against-production.json")
+
+    assert drawn == {}
+    assert body["notes"] == [
+        "This engine is in production on its class: its release page compares it."
+    ]

@@ -69,12 +69,16 @@ def delta_lines(deltas):
     return lines
 
 
+def empty_figure():
+    return go.Figure(layout={"title": "Candidate against production", **LAYOUT})
+
+
 def comparison(release):
     """Return (figure, notes) comparing the release's engine with production."""
     production = production_engine(release)
     if production is None:
         note = "No production release of this model on the class: nothing to compare with yet."
-        return go.Figure(layout={"title": "Candidate against production", **LAYOUT}), [note]
+        return empty_figure(), [note]
     sides = [side(release.engine, "candidate"), side(production, "production")]
     deltas = (comparison_item(release).get("details") or {}).get("deltas") or {}
     samples = samples_of([s["run"] for s in sides if s["run"]])

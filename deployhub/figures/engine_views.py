@@ -61,8 +61,8 @@ def engine_comparison_json(request, pk):
     release = comparison.release_for_engine(engine)
     production = comparison.production_engine(release)
     if production is not None and production.pk == engine.pk:
-        figure, _ = comparison.comparison(comparison.Release(engine=engine))
-        return figure_response(figure, ["This engine is in production on its class."])
+        note = "This engine is in production on its class: its release page compares it."
+        return figure_response(comparison.empty_figure(), [note])
     return figure_response(*comparison.comparison(release))
 
 
