@@ -41,6 +41,7 @@ os.environ.update(
 )
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import bench_figures  # noqa: E402
 from bench.rows import note, print_rows, row, write_results  # noqa: E402
 
 
@@ -891,6 +892,7 @@ BENCHES = [
     bench_auto_mode,
     bench_harness_overhead,
     bench_conformance,
+    bench_figures,
 ]
 
 
