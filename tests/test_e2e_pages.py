@@ -4,7 +4,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.benchmark_results import LATENCY, SERVER_BLOCK, SWEEP, record_run, result
-from tests.conftest import ARTIFACTS, PASSWORD, stored_engine
+from tests.conftest import ARTIFACTS, ASSETS, PASSWORD, stored_engine
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -74,3 +74,33 @@ def test_it_fits_the_results_card_at_1400px_and_shows_no_python_reprs(
     assert "cv (core)" in page.locator("#results-glossary").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "results-1400.png"), full_page=True)
+
+
+def test_a_refused_upload_shows_every_error_by_its_field_and_keeps_the_chosen_file(
+    live_server, browser, alice
+):
+    page = log_in(browser, live_server)
+    errors = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    form = page.locator("#new-model form")
+    form.locator("input[name=name]").fill("digits")
+    form.locator("input[name=file]").set_input_files(str(ASSETS / "digits_cnn_v2.onnx"))
+    form.locator("[data-fill-example=id_preprocessing]").click()
+    spec = form.locator("textarea[name=preprocessing]")
+    assert '"interpolation": "bilinear"' in spec.input_value()
+    spec.fill('{"color_order": "XYZ", "layout": "NWHC"}')
+    form.locator("button[type=submit]").click()
+
+    spec_errors = form.locator("#errors-preprocessing")
+    expect(spec_errors).to_contain_text("color_order: 'XYZ' is not one of RGB, BGR, GRAY.")
+    expect(spec_errors).to_contain_text("layout: 'NWHC' is not one of NCHW, NHWC.")
+    assert form.locator("input[name=file]").evaluate("input => input.files[0].name") == (
+        "digits_cnn_v2.onnx"
+    )
+    assert form.locator("input[name=name]").input_value() == "digits"
+
+    spec.fill('{"color_order": "RGB"}')  # fixed: the same file goes up without choosing it again
+    form.locator("button[type=submit]").click()
+    page.wait_for_url(f"{live_server.url}/models/*/")
+    expect(page.locator("h1")).to_contain_text("digits")
+    assert [e for e in errors if "status of 400" not in e] == []  # the refusal itself is a 400

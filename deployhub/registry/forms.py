@@ -6,8 +6,17 @@ from django import forms
 from django.db.models import Q
 
 from deployhub.devices.models import DeviceClass
+from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import DatasetKind, VersionFormat
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
+from workers.preprocessing import (
+    COLOR_ORDERS,
+    DTYPES,
+    INTERPOLATIONS,
+    LAYOUTS,
+    SpecError,
+    validate_spec,
+)
 
 JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
 
@@ -25,17 +34,122 @@ class PrettyJSONField(forms.JSONField):
         return json.dumps(value, indent=2) if value else ""
 
 
+EXAMPLE_SPEC = {
+    "resize": {"height": 256, "width": 256, "interpolation": "bilinear"},
+    "center_crop": {"height": 224, "width": 224},
+    "color_order": "RGB",
+    "scale": 0.00392156862745098,
+    "mean": [0.485, 0.456, 0.406],
+    "std": [0.229, 0.224, 0.225],
+    "layout": "NCHW",
+    "dtype": "float32",
+}
+EXAMPLE_CONTRACT = batch_range_contract("input", [3, 224, 224], low=1, opt=8, high=32)
+# Field by field, what the preprocessing spec takes: (field, meaning, allowed values).
+SPEC_SCHEMA = (
+    (
+        "resize",
+        "resize the image first (optional)",
+        f"{{height, width, interpolation}}; interpolation one of {', '.join(INTERPOLATIONS)} "
+        "(required: libraries disagree on the default)",
+    ),
+    (
+        "center_crop",
+        "crop the middle after the resize (optional)",
+        "{height, width}, within the resize",
+    ),
+    ("color_order", "channel order the model expects", f"{' | '.join(COLOR_ORDERS)}; default RGB"),
+    ("scale", "multiplies the 0-255 pixels (1/255 gives 0-1)", "a number > 0; default 1"),
+    (
+        "mean",
+        "subtracted per channel after scaling",
+        "one number per channel (3, or 1 for GRAY); default 0",
+    ),
+    ("std", "divides per channel after the mean", "one non-zero number per channel; default 1"),
+    ("layout", "axis order of the tensor", f"{' | '.join(LAYOUTS)}; default NCHW"),
+    (
+        "dtype",
+        "element type fed to the model",
+        f"{' | '.join(DTYPES)}; uint8 keeps scale 1, mean 0, std 1",
+    ),
+)
+CONTRACT_SCHEMA = (
+    ("inputs", "one entry per model input, by its name", "an object: {name: entry}"),
+    (
+        "shape",
+        'the full shape, axis 0 written "batch"',
+        'e.g. ["batch", 3, 224, 224]; fixed dims as the model fixes them',
+    ),
+    (
+        "batch",
+        "the batch sizes it is built and fed with",
+        '{"sizes": [1, 8]} or {"min", "opt", "max"}',
+    ),
+    (
+        "dynamic",
+        "a range for every other symbolic axis, by its index",
+        '{"2": {"min", "opt", "max"}}; {} when none',
+    ),
+)
+
+
+def spec_problems(spec):
+    """Return every problem of a preprocessing spec, one per field (empty when it is valid)."""
+    if not isinstance(spec, dict):
+        return [_problem(spec)]
+    color = {"color_order": spec["color_order"]} if "color_order" in spec else {}
+    color = color if not _problem(color) else {}
+    problems = [_problem({**color, key: value}) for key, value in spec.items()]
+    problems = [problem for problem in problems if problem]
+    return problems or [problem for problem in [_problem(spec)] if problem]
+
+
+def _problem(spec):
+    try:
+        validate_spec(spec)
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
 class SpecFields(forms.Form):
     preprocessing = PrettyJSONField(
         required=False,
-        widget=JSON_WIDGET,
-        help_text="Preprocessing spec: resize, color_order, scale, mean, std, layout, dtype.",
+        widget=forms.Textarea(
+            attrs={
+                "rows": 6,
+                "class": "code",
+                "spellcheck": "false",
+                "placeholder": json.dumps(EXAMPLE_SPEC, indent=2),
+            }
+        ),
+        help_text="How an image becomes the input tensor; empty: no spec (add one later as a "
+        "new version). Fields and allowed values below.",
     )
     contract = PrettyJSONField(
         required=False,
-        widget=JSON_WIDGET,
-        help_text="Input-shape contract; empty takes the model's own shapes with batch size 1.",
+        widget=forms.Textarea(
+            attrs={
+                "rows": 6,
+                "class": "code",
+                "spellcheck": "false",
+                "placeholder": json.dumps(EXAMPLE_CONTRACT, indent=2),
+            }
+        ),
+        help_text="Input-shape contract; empty takes the model's own shapes with batch size 1 "
+        "(a model with open height or width needs one).",
     )
+    spec_schema, contract_schema = SPEC_SCHEMA, CONTRACT_SCHEMA
+    example_spec = json.dumps(EXAMPLE_SPEC, indent=2)
+    example_contract = json.dumps(EXAMPLE_CONTRACT, indent=2)
+
+    def clean_preprocessing(self):
+        spec = self.cleaned_data["preprocessing"]
+        if spec in (None, "", {}):
+            return spec
+        if problems := spec_problems(spec):
+            raise forms.ValidationError(problems)
+        return spec
 
 
 class VersionUploadForm(SpecFields):
@@ -52,6 +166,7 @@ class VersionUploadForm(SpecFields):
 
     def __init__(self, *args, team, **kwargs):
         super().__init__(*args, **kwargs)
+        self.team = team
         self.fields["export_on"].queryset = team_classes(team)
 
 
@@ -59,6 +174,13 @@ class NewModelForm(VersionUploadForm):
     name = forms.CharField(max_length=100)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     field_order = ["name", "description", *VersionUploadForm.field_order]
+
+    def clean_name(self):
+        """Refuse a taken name with the other fields' errors, before the file is validated."""
+        name = self.cleaned_data["name"]
+        if self.team.models.filter(name=name).exists():
+            raise forms.ValidationError(f"{self.team} already has a model named {name!r}.")
+        return name
 
 
 class DeriveVersionForm(SpecFields):

@@ -60,6 +60,14 @@ class DuplicateVersion(InvalidModel):
         super().__init__(f"This file is already {version} (same sha256); nothing was stored.")
 
 
+class SpecRefused(InvalidModel):
+    """The preprocessing spec is invalid: the page shows it next to the spec."""
+
+
+class ContractRefused(InvalidModel):
+    """The input-shape contract does not fit the model's inputs: shown next to the contract."""
+
+
 class DuplicateModelName(ValueError):
     """The team already has a model of that name."""
 
@@ -243,7 +251,7 @@ def check_spec_and_contract(info, preprocessing, contract):
     try:
         spec = validate_spec(preprocessing) if preprocessing else {}
     except SpecError as exc:
-        raise InvalidModel(f"Preprocessing spec: {exc}") from exc
+        raise SpecRefused(f"Preprocessing spec: {exc}") from exc
     proposed = contract or default_contract(info["inputs"])
     try:
         return spec, validate_contract(proposed, info["inputs"])
@@ -256,7 +264,7 @@ def check_spec_and_contract(info, preprocessing, contract):
                 f"fills in min, opt and max, starting from {json.dumps(proposed)}"
             )
         )
-        raise InvalidModel(f"Contract: {exc}{hint}") from exc
+        raise ContractRefused(f"Contract: {exc}{hint}") from exc
 
 
 def create_model(team, user, *, name, uploaded_file, description="", **version_fields):

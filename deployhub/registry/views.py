@@ -23,8 +23,10 @@ from deployhub.registry.models import Model
 from deployhub.registry.pages import model_context, version_page
 from deployhub.registry.signals import version_uploaded
 from deployhub.registry.uploads import (
+    ContractRefused,
     DuplicateModelName,
     DuplicateVersion,
+    SpecRefused,
     create_dataset,
     create_model,
     create_version,
@@ -51,10 +53,15 @@ def _upload(request, model, form):
         form.duplicate = exc.version
         return None
     except InvalidModel as exc:
-        form.add_error("file", str(exc))
+        form.add_error(refused_field(exc), str(exc))
         return None
     version_uploaded.send(Model, request=request, version=version, options=data)
     return version
+
+
+def refused_field(exc):
+    """Return the upload form's field a refusal belongs next to."""
+    return {SpecRefused: "preprocessing", ContractRefused: "contract"}.get(type(exc), "file")
 
 
 @login_required
@@ -93,7 +100,7 @@ def _create_model(request, team, form):
         form.add_error("name", str(exc))
         return None
     except InvalidModel as exc:
-        form.add_error("file", str(exc))
+        form.add_error(refused_field(exc), str(exc))
         return None
     version_uploaded.send(Model, request=request, version=version, options=data)
     return model

@@ -101,9 +101,29 @@
       location.assign(xhr.responseURL);  // redirected: the upload was stored
       return;
     }
+    if (xhr.status === 400 && showErrors(xhr.form, xhr.responseText)) return;
     document.open();
-    document.write(xhr.responseText);  // the page with the form's errors
+    document.write(xhr.responseText);  // another answer (a 403, a 413): show it as it came
     document.close();
+  }
+
+  // A refused upload: put every field's errors from the answer next to the fields of the form
+  // on the page, so the chosen file and everything typed stay as they were.
+  function showErrors(form, html) {
+    const answer = new DOMParser().parseFromString(html, "text/html").querySelector("form[data-upload]");
+    const slots = form.querySelectorAll("[data-errors-for]");
+    if (!answer || !slots.length) return false;  // a form not drawn by _upload_form.html
+    slots.forEach((slot) => {
+      const fresh = answer.querySelector(`[data-errors-for="${slot.dataset.errorsFor}"]`);
+      slot.innerHTML = fresh ? fresh.innerHTML : "";
+    });
+    form.querySelector("button[type=submit]").disabled = false;
+    form.querySelector(".upload-progress").hidden = true;
+    const status = form.querySelector(".upload-status");
+    if (status) status.textContent = "Not stored: see the errors above. The chosen file is kept; upload again when fixed.";
+    const first = form.querySelector(".field-errors:not(:empty), .form-errors:not(:empty)");
+    if (first) first.scrollIntoView({ block: "center" });
+    return true;
   }
 
   function upload(form, event) {
@@ -133,6 +153,12 @@
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("form[data-upload]").forEach((form) => {
       form.addEventListener("submit", (event) => upload(form, event));
+    });
+    document.querySelectorAll("[data-fill-example]").forEach((button) => {
+      button.addEventListener("click", () => {
+        const field = document.getElementById(button.dataset.fillExample);
+        if (!field.value.trim() || confirm("Replace what is in the field with the example?")) field.value = button.dataset.example;
+      });
     });
     document.querySelectorAll("[data-copy]").forEach((button) => {
       button.addEventListener("click", () => {
