@@ -8,6 +8,7 @@ from deployhub.figures.pareto import dominates, pareto_front
 from deployhub.figures.tradeoffs import Filters, explore
 from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import Role
+from tests.api_calls import token_for
 from tests.auto_builds import engine_of
 from tests.conftest import PASSWORD, make_user
 from tests.figure_results import seed_classes, seed_engines, seed_runs
@@ -198,3 +199,22 @@ def test_it_asks_the_database_as_often_for_1000_results_as_for_100(
     body = client.get(f"/models/{version.model.pk}/tradeoffs.json").json()
     plotted = sum(len(t["x"]) for t in body["figure"]["data"] if t["meta"]["role"] == "engines")
     assert plotted == len(engines)
+
+
+def test_it_serves_the_explorer_data_in_api_v1_by_personal_token(client, alice, version, classes):
+    engine = engine_of(version, classes[0], "fp32")
+    benchmarked(engine, p99=15.0)
+    evaluated(engine, agreement=0.999)
+
+    body = client.get(f"/api/v1/models/{version.model.pk}/tradeoffs", **token_for(alice)).json()
+
+    (facet,) = body["facets"]
+    assert facet["device_class"] == classes[0].slug and facet["budget_ms"] == 33.3
+    assert facet["points"][0]["engine"] == engine.pk and facet["points"][0]["latency_ms"] == 15.0
+    assert facet["points"][0]["pareto"] is True
+
+
+def test_it_hides_another_teams_explorer_data_in_api_v1(client, charlie, version):
+    response = client.get(f"/api/v1/models/{version.model.pk}/tradeoffs", **token_for(charlie))
+
+    assert response.status_code == 404

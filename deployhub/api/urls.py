@@ -2,6 +2,7 @@ from django.urls import path
 
 from deployhub.api import (
     catalog,
+    figures,
     fleet,
     parity,
     pipelines,
@@ -41,6 +42,7 @@ urlpatterns = [
         name="api_model_results_csv",
     ),
     path("models/<int:pk>/report", results.model_report, name="api_model_report"),
+    path("models/<int:pk>/tradeoffs", figures.model_tradeoffs, name="api_model_tradeoffs"),
     path("versions/<int:pk>/parity", parity.version_parity, name="api_version_parity"),
     path("versions/<int:pk>/auto", pipelines.version_auto, name="api_version_auto"),
     path("auto-runs/<int:pk>", pipelines.auto_run_detail, name="api_auto_run"),
