@@ -104,3 +104,21 @@ def test_a_refused_upload_shows_every_error_by_its_field_and_keeps_the_chosen_fi
     page.wait_for_url(f"{live_server.url}/models/*/")
     expect(page.locator("h1")).to_contain_text("digits")
     assert [e for e in errors if "status of 400" not in e] == []  # the refusal itself is a 400
+
+
+def test_the_budget_calculator_converts_both_ways_and_compares_builds_as_you_type(
+    live_server, browser, alice, device_class
+):
+    page = log_in(browser, live_server)
+    page.goto(f"{live_server.url}{device_class.get_absolute_url()}")
+    calculator = page.locator("#budget-calculator")
+
+    calculator.locator("input[name=ms]").fill("40")
+    assert calculator.locator("input[name=fps]").input_value() == "25.00"
+    calculator.locator("input[name=fps]").fill("60")
+    assert calculator.locator("input[name=ms]").input_value() == "16.67"
+
+    compare = page.locator("#throughput-compare")
+    compare.locator("input[name=ms_a]").fill("20")
+    expect(compare.locator("#compare-output")).to_contain_text("400.0 img/s, 14.0×")
+    page.screenshot(path=str(ARTIFACTS / "budget-calculator.png"))

@@ -65,11 +65,48 @@ class DeviceForm(forms.Form):
 
 
 class BudgetForm(forms.Form):
-    """The budget calculator: a target frame rate."""
+    """The budget calculator, both ways: a target frame rate or a budget per frame (ms)."""
 
     fps = forms.FloatField(
-        min_value=0.01, max_value=100_000, label="Target fps", help_text="Frames per second."
+        min_value=0.01,
+        max_value=100_000,
+        required=False,
+        label="Target fps",
+        help_text="Frames per second.",
     )
+    ms = forms.FloatField(
+        min_value=0.01, max_value=100_000, required=False, label="or budget (ms per frame)"
+    )
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors and not data.get("fps") and not data.get("ms"):
+            raise forms.ValidationError("Give a target fps or a budget in ms per frame.")
+        return data
+
+    @property
+    def budget_ms(self):
+        """The budget per frame: the ms given, else 1000 / fps."""
+        data = self.cleaned_data
+        return data["ms"] or 1000.0 / data["fps"]
+
+
+class CompareForm(forms.Form):
+    """Two builds' throughput side by side: batch × 1000 / latency ms each, and their ratio."""
+
+    batch_a = forms.IntegerField(min_value=1, max_value=4096, initial=8, label="Batch")
+    ms_a = forms.FloatField(min_value=0.001, max_value=1e6, initial=25, label="ms per batch")
+    batch_b = forms.IntegerField(min_value=1, max_value=4096, initial=1, label="vs batch")
+    ms_b = forms.FloatField(min_value=0.001, max_value=1e6, initial=35, label="ms per batch")
+
+    def figures(self):
+        """Return (throughput a, throughput b, a / b) in images/s, or None when invalid."""
+        if not self.is_valid():
+            return None
+        data = self.cleaned_data
+        a = data["batch_a"] * 1000.0 / data["ms_a"]
+        b = data["batch_b"] * 1000.0 / data["ms_b"]
+        return {"a": a, "b": b, "ratio": a / b}
 
 
 class ThroughputTargetForm(forms.Form):

@@ -10,6 +10,7 @@ from deployhub.devices.access import get_device_class_for_user, get_device_for_u
 from deployhub.devices.actions import set_draining
 from deployhub.devices.forms import (
     BudgetForm,
+    CompareForm,
     DeviceClassEditForm,
     DeviceClassForm,
     DeviceForm,
@@ -61,6 +62,7 @@ def _class_context(request, device_class, **extra):
         "jobs": device_class.jobs.select_related("model_version__model")[:10],
         "edit_form": DeviceClassEditForm(instance=device_class),
         **_budget_calculator(request, device_class),
+        "compare_form": _compare_form(request),
         **extra,
     }
 
@@ -74,12 +76,18 @@ def _budget_calculator(request, device_class):
     """
     if device_class.is_batch:
         return _throughput_calculator(request, device_class)
-    form = BudgetForm(request.GET if "fps" in request.GET else None)
+    form = BudgetForm(request.GET if {"fps", "ms"} & set(request.GET) else None)
     if not form.is_valid():
         return {"budget_form": form, "budget_ms": None, "budget_runs": []}
-    budget_ms = 1000.0 / form.cleaned_data["fps"]
+    budget_ms = form.budget_ms
     runs = _class_runs(device_class).within_budget(budget_ms).order_by("gate_p99")
     return {"budget_form": form, "budget_ms": budget_ms, "budget_runs": runs[:100]}
+
+
+def _compare_form(request):
+    """Return the two-build throughput comparison, bound when the URL asks for it."""
+    example = {name: field.initial for name, field in CompareForm.base_fields.items()}
+    return CompareForm(request.GET if "batch_a" in request.GET else example, auto_id="cmp_%s")
 
 
 def _throughput_calculator(request, device_class):

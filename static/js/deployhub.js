@@ -186,9 +186,28 @@ document.addEventListener("DOMContentLoaded", () => {
     const input = form.querySelector("input[name=fps]");
     const output = form.querySelector(".budget-output");
     if (!input) return; // a batch class's calculator takes images/s: nothing to convert
+    const ms = form.querySelector("input[name=ms]");
     input.addEventListener("input", () => {
       const fps = parseFloat(input.value);
+      ms.value = fps > 0 ? (1000 / fps).toFixed(2) : "";
       output.textContent = fps > 0 ? "Budget " + (1000 / fps).toFixed(2) + " ms per frame" : "";
     });
+    ms.addEventListener("input", () => {
+      const budget = parseFloat(ms.value);
+      input.value = budget > 0 ? (1000 / budget).toFixed(2) : "";
+      output.textContent = budget > 0 ? (1000 / budget).toFixed(2) + " fps at most" : "";
+    });
+  });
+  // Two builds' throughput: batch × 1000 / ms each, and how many times the first is the second.
+  document.querySelectorAll("form[data-throughput-compare]").forEach((form) => {
+    const value = (name) => parseFloat(form.querySelector(`input[name=${name}]`).value);
+    const output = form.querySelector(".compare-output");
+    const update = () => {
+      const [batchA, msA, batchB, msB] = ["batch_a", "ms_a", "batch_b", "ms_b"].map(value);
+      if (!(batchA > 0 && msA > 0 && batchB > 0 && msB > 0)) { output.textContent = ""; return; }
+      const a = batchA * 1000 / msA, b = batchB * 1000 / msB;
+      output.textContent = `batch ${batchA} at ${msA} ms = ${a.toFixed(1)} img/s, ${(a / b).toFixed(1)}× a ${msB} ms build at batch ${batchB} (${b.toFixed(1)} img/s)`;
+    };
+    form.addEventListener("input", update);
   });
 });
