@@ -1,11 +1,14 @@
 """A device's fingerprint and its side of a compile job, played through the real API."""
 
 import hashlib
+import io
+import zipfile
 
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from deployhub.engines.actions import request_compile
 from tests.api_calls import call
+from tests.conftest import ASSETS
 
 FINGERPRINT = {
     "schema": 2,
@@ -27,12 +30,39 @@ FINGERPRINT = {
     "cudnn": None,
 }
 CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
-ENGINE_BYTES = b"an optimised onnx model"
+# An ONNX Runtime engine is an ONNX file: the hub checks it parses as one before signing it.
+ENGINE_BYTES = (ASSETS / "digits_cnn_v2.onnx").read_bytes()
+OTHER_ENGINE_BYTES = (ASSETS / "digits_cnn_v1.onnx").read_bytes()
 
 
-def build(client, job, token, data=ENGINE_BYTES, timing_cache=None, fingerprint=FINGERPRINT):
-    """Play the worker's side of a compile job through the real API."""
+def _zip(members):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+# The smallest file each backend's artifact check accepts (workers/backends/artifacts.py).
+ENGINE_BYTES_OF = {
+    "onnxruntime": ENGINE_BYTES,
+    "openvino": _zip({"model.xml": b'<net name="m"><layers/></net>', "model.bin": b""}),
+    "tensorrt": b"ftrt" + bytes(60),
+    "torch-aoti": _zip({"m/archive_format": b"pt2", "m/data/aotinductor/m/m.so": b"\x7fELF"}),
+}
+
+
+def build(client, job, token, data=None, timing_cache=None, fingerprint=FINGERPRINT):
+    """Play the worker's side of a compile job through the real API: it heartbeats its
+    fingerprint (the one the hub keys the engine on), claims, uploads and completes."""
+    call(client, token, "device/heartbeat", {"fingerprint": fingerprint})
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
+    data = data or ENGINE_BYTES_OF[job.params["backend"]]
+    return upload_and_complete(client, job, token, data, fingerprint, timing_cache)
+
+
+def upload_and_complete(client, job, token, data, fingerprint, timing_cache=None):
+    """Upload a claimed compile's engine (and timing cache) and report the build succeeded."""
     uploads = {"engine": data, **({"timing_cache": timing_cache} if timing_cache else {})}
     for name, content in uploads.items():
         client.post(

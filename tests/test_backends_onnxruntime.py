@@ -56,6 +56,16 @@ def operators(path):
     return histogram(onnx.load(str(path)))["operators"]
 
 
+def test_its_engines_pass_the_hubs_artifact_check_and_a_model_source_is_refused(
+    fp32_build, int8_build, tmp_path
+):
+    assert OnnxRuntimeBackend.artifact_problem(fp32_build.artifact) == ""
+    assert OnnxRuntimeBackend.artifact_problem(int8_build.artifact) == ""
+    text = tmp_path / "engine.onnx"
+    text.write_bytes(b"an optimised onnx model")
+    assert "does not parse as an ONNX model" in OnnxRuntimeBackend.artifact_problem(text)
+
+
 def test_it_folds_batch_norm_and_fuses_relu_into_the_convolutions_at_level_all(fp32_build):
     report = fp32_build.graph_report
 

@@ -256,6 +256,10 @@ def test_it_loads_a_package_under_the_name_the_worker_downloads_it_to(cpu_build,
     assert got.shape == (1, 5)
 
 
+def test_its_package_passes_the_hubs_artifact_check(cpu_build):
+    assert TorchAotiBackend.artifact_problem(cpu_build.artifact) == ""
+
+
 def test_it_keys_a_cpu_package_on_this_cpu(cpu_build):
     reported = fingerprints.collect()
 

@@ -15,7 +15,7 @@ from deployhub.engines.actions import request_compile
 from deployhub.engines.models import CalibrationCache
 from deployhub.registry.uploads import create_dataset
 from tests.api_calls import call
-from tests.compile_jobs import FINGERPRINT
+from tests.compile_jobs import ENGINE_BYTES_OF, FINGERPRINT
 from tests.conftest import ASSETS
 
 CONFIG = {"precision": "int8"}
@@ -52,7 +52,8 @@ def gpu_device(make_device, client):
 def build_int8(client, job, token, scales=SCALES):
     """Play a TensorRT INT8 build that calibrated and uploads its calibration cache."""
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": job.attempt})
-    for name, content in {"engine": b"plan", "calibration_cache": scales}.items():
+    plan = ENGINE_BYTES_OF["tensorrt"]
+    for name, content in {"engine": plan, "calibration_cache": scales}.items():
         client.post(
             f"/api/v1/jobs/{job.pk}/artifacts",
             {"attempt": job.attempt, "name": name, "file": SimpleUploadedFile(name, content)},
@@ -62,7 +63,7 @@ def build_int8(client, job, token, scales=SCALES):
         "backend": "tensorrt",
         "fingerprint": gpu_fingerprint(),
         "artifact": "engine",
-        "artifact_sha256": hashlib.sha256(b"plan").hexdigest(),
+        "artifact_sha256": hashlib.sha256(plan).hexdigest(),
         "calibration_cache_sha256": hashlib.sha256(scales).hexdigest(),
     }
     body = {"attempt": job.attempt, "state": "succeeded", "result": result}

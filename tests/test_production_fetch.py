@@ -14,7 +14,7 @@ from deployhub.registry.models import Model
 from deployhub.releases import actions
 from deployhub.teams.models import Team
 from tests.api_calls import call
-from tests.compile_jobs import ENGINE_BYTES, FINGERPRINT, build, compile_
+from tests.compile_jobs import ENGINE_BYTES, FINGERPRINT, OTHER_ENGINE_BYTES, build, compile_
 from tests.conftest import ROOT
 from tests.gate_evidence import benchmarked, evaluated, passed_parity
 
@@ -142,7 +142,7 @@ def test_it_serves_the_same_build_rebuilt_for_the_devices_toolchain(
     release, _, _ = production
     device, token = older_device(make_device)
     _, job = rebuild(release.engine, alice)
-    build(client, job, token, data=b"rebuilt for 1.31", fingerprint=OLDER_RUNTIME)
+    build(client, job, token, data=OTHER_ENGINE_BYTES, fingerprint=OLDER_RUNTIME)
     rebuilt = Engine.objects.get(job=job)
 
     body = fetch(client, device, token, model=release.model_id).json()

@@ -30,6 +30,15 @@ class ToyBackend(Backend):
     def canonical_config(cls, build_config):
         return {"scale": 1.0, **(build_config or {})}
 
+    @classmethod
+    def artifact_problem(cls, path):
+        """A .npy array of weights, read without pickle."""
+        try:
+            np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            return f"it is not a .npy array ({exc})"
+        return ""
+
     def compile(self, source, build_config, workdir, *, progress=None):
         [weight] = onnx.load(str(source)).graph.initializer
         artifact = Path(workdir) / "weights.npy"

@@ -35,7 +35,7 @@ def runnable_engine(release, fingerprint):
     if not fingerprint:
         return None
     key, _ = key_for(engine.backend, engine.build_config, fingerprint)
-    same_build = Engine.objects.filter(
+    same_build = Engine.objects.runnable_by(release.device_class).filter(
         model_version=engine.model_version,
         backend=engine.backend,
         config_digest=engine.config_digest,

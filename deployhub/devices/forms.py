@@ -23,8 +23,20 @@ class DeviceClassEditForm(forms.ModelForm):
 
     class Meta:
         model = DeviceClass
-        fields = ["name", "description", *GATE_FIELDS]
-        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+        fields = ["name", "description", *GATE_FIELDS, "trusts_builds_of"]
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 2}),
+            "trusts_builds_of": forms.CheckboxSelectMultiple,
+        }
+        labels = {"trusts_builds_of": "Runs engines built by"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "trusts_builds_of" in self.fields:  # only the team's other classes
+            others = DeviceClass.objects.filter(team=self.instance.team_id).exclude(
+                pk=self.instance.pk
+            )
+            self.fields["trusts_builds_of"].queryset = others
 
     def clean_frame_budget_ms(self):
         return _positive(self.cleaned_data["frame_budget_ms"], "The frame budget")
@@ -56,6 +68,8 @@ class DeviceClassEditForm(forms.ModelForm):
 
 
 class DeviceClassForm(DeviceClassEditForm):
+    """A new class: it trusts no other class's builds until an admin edits it."""
+
     class Meta(DeviceClassEditForm.Meta):
         fields = ["slug", "name", "description", *GATE_FIELDS]
 

@@ -63,6 +63,14 @@ class DeviceClass(models.Model):
     auto_rebuild = models.BooleanField(
         default=False, help_text="Rebuild engines that a fingerprint change made stale."
     )
+    trusts_builds_of = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="trusted_by",
+        help_text="Classes whose engines this class's devices may run (an admin's decision): "
+        "without it, a class runs only engines its own devices built.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -78,6 +86,10 @@ class DeviceClass(models.Model):
     @property
     def queue(self):
         return f"dc.{self.slug}"
+
+    def builder_classes(self):
+        """Return the classes whose engines this class runs: itself and those it trusts."""
+        return [self, *self.trusts_builds_of.all()]
 
     @property
     def budget_fps(self):

@@ -121,8 +121,8 @@ def device_class_edit(request, pk):
         request.user,
         "device_class.changed",
         device_class,
-        before={name: form.initial.get(name) for name in form.changed_data},
-        after={name: form.cleaned_data.get(name) for name in form.changed_data},
+        before={name: _recorded(form.initial.get(name)) for name in form.changed_data},
+        after={name: _recorded(form.cleaned_data.get(name)) for name in form.changed_data},
     )
     messages.success(request, f"{device_class} saved: {form.instance.gate_rule}")
     return redirect(device_class)
@@ -163,3 +163,10 @@ def device_detail(request, pk):
         "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
     }
     return render(request, "devices/device_detail.html", context)
+
+
+def _recorded(value):
+    """A form value as the audit trail keeps it: classes by slug, the rest as it is."""
+    if hasattr(value, "__iter__") and not isinstance(value, str):
+        return sorted(str(item) for item in value)
+    return value

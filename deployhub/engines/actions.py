@@ -10,6 +10,7 @@ import hashlib
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from deployhub.engines.inspection import artifact_problem
 from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
 from deployhub.engines.signing import sign
 from deployhub.jobs.actions import submit_job
@@ -81,13 +82,17 @@ def existing_engine(version, device_class, backend, build_config):
     if device is None:
         return None
     key, _ = key_for(backend, build_config, device.fingerprint)
-    return Engine.objects.filter(
-        model_version=version,
-        backend=backend,
-        config_digest=config_digest(backend, build_config),
-        compat_key=key,
-        status=EngineStatus.VALID,
-    ).first()
+    return (
+        Engine.objects.runnable_by(device_class)
+        .filter(
+            model_version=version,
+            backend=backend,
+            config_digest=config_digest(backend, build_config),
+            compat_key=key,
+            status=EngineStatus.VALID,
+        )
+        .first()
+    )
 
 
 def calibration_for(version, build_config):
@@ -283,9 +288,11 @@ def record_engine(job, result):
     params = job.params
     backend = params["backend"]
     build_config = canonical_config(backend, params.get("build_config") or {})
-    fingerprint = result.get("fingerprint") or job.device.fingerprint
+    fingerprint = builder_fingerprint(job, backend, build_config, result.get("fingerprint"))
     key, fields = key_for(backend, build_config, fingerprint)
     artifact = _artifact(job, "engine", result.get("artifact_sha256"))
+    if problem := artifact_problem(backend, artifact.file.name):
+        raise ResultRejected(f"The uploaded engine is not a {backend} engine: {problem}.")
     _store_timing_cache(job, key, result)
     _store_calibration_cache(job, fingerprint, result)
     lookup = {
@@ -293,12 +300,12 @@ def record_engine(job, result):
         "backend": backend,
         "config_digest": digest(build_config),
         "compat_key": key,
+        "device_class": job.device_class,
     }
     if engine := Engine.objects.filter(**lookup).first():
         return engine
     engine = Engine.objects.create(
         **lookup,
-        device_class=job.device_class,
         build_config=build_config,
         compat_fields=fields,
         file=artifact.file.name,
@@ -323,6 +330,36 @@ def record_engine(job, result):
         after=engine.status,
     )
     return engine
+
+
+def builder_fingerprint(job, backend, build_config, reported):
+    """Return the fingerprint an engine is keyed on: the hub's record of the device that
+    claimed the job (its last heartbeat), never what the completion reports.
+
+    A report whose toolchain differs from the record is refused, not believed: a device
+    must not plant an engine under another machine's compatibility key.
+    """
+    recorded = job.device.fingerprint if job.device else None
+    if not recorded:
+        raise ResultRejected(
+            f"{job.device} has not reported a fingerprint: its worker heartbeats one at start."
+        )
+    if reported is None:
+        return recorded
+    if not isinstance(reported, dict):
+        raise ResultRejected("fingerprint must be an object (docs/protocol.md).")
+    (ours, our_fields), (theirs, their_fields) = (
+        key_for(backend, build_config, recorded),
+        key_for(backend, build_config, reported),
+    )
+    if theirs != ours:
+        diffs = describe_differences(differences(our_fields, their_fields))
+        raise ResultRejected(
+            f"The build reports a toolchain other than {job.device}'s last heartbeat ({diffs}): "
+            "the engine is keyed on what the hub knows of the device; let the worker "
+            "heartbeat, then build again."
+        )
+    return recorded
 
 
 def _graph_report(result):

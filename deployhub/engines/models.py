@@ -24,6 +24,11 @@ class EngineQuerySet(models.QuerySet):
     def for_version(self, version):
         return self.filter(model_version=version).select_related("device_class", "built_on")
 
+    def runnable_by(self, device_class):
+        """Engines built on the class, or on a class it trusts (a device's bytes stay on its
+        class unless an admin said otherwise)."""
+        return self.filter(device_class__in=device_class.builder_classes())
+
 
 class Engine(models.Model):
     """A compiled artifact of a model version for one backend, build config and toolchain."""
@@ -66,8 +71,8 @@ class Engine(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["model_version", "backend", "config_digest", "compat_key"],
-                name="engine_unique_per_toolchain",
+                fields=["model_version", "backend", "config_digest", "compat_key", "device_class"],
+                name="engine_unique_per_toolchain_and_class",
             )
         ]
 

@@ -72,13 +72,17 @@ def latest_accuracy(engine):
 def rebuild_for(engine, fingerprint):
     """Return a valid build of the engine's version, backend and config for this fingerprint."""
     key, _ = key_for(engine.backend, engine.build_config, fingerprint)
-    return Engine.objects.filter(
-        model_version=engine.model_version,
-        backend=engine.backend,
-        config_digest=engine.config_digest,
-        compat_key=key,
-        status=EngineStatus.VALID,
-    ).first()
+    return (
+        Engine.objects.runnable_by(engine.device_class)
+        .filter(
+            model_version=engine.model_version,
+            backend=engine.backend,
+            config_digest=engine.config_digest,
+            compat_key=key,
+            status=EngineStatus.VALID,
+        )
+        .first()
+    )
 
 
 def queued_rebuild(engine, device_class):

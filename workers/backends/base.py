@@ -122,6 +122,16 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
+    def artifact_problem(cls, path):
+        """Say why the file at path is not an engine this backend builds ("" when it is one).
+
+        Loads nothing into a runtime (workers/backends/artifacts.py); the hub runs it in
+        a capped child before it signs an uploaded engine. A backend that cannot tell
+        refuses every file, so a new backend cannot skip the check by omission.
+        """
+        return f"the {cls.name} backend has no check of its engines"
+
+    @classmethod
     def check_config(cls, build_config):
         """Raise JobError when the build config cannot be built; pure, for the hub too."""
         return None  # every config is accepted unless a backend knows better

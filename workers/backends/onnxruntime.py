@@ -21,6 +21,7 @@ import zipfile
 from functools import partial
 from pathlib import Path
 
+from workers.backends import artifacts
 from workers.backends.base import (
     Backend,
     BuildLog,
@@ -120,6 +121,14 @@ class OnnxRuntimeBackend(Backend):
             "version": onnxruntime.__version__,
             "providers": onnxruntime.get_available_providers(),
         }
+
+    @classmethod
+    def artifact_problem(cls, path):
+        """An ONNX file that parses, or a zip of exactly engine.onnx and its weights."""
+        if zipfile.is_zipfile(path):
+            allowed = (ENGINE_FILE, EXTERNAL_DATA_FILE)
+            return artifacts.onnx_in_zip_problem(path, ENGINE_FILE, allowed)
+        return artifacts.onnx_problem(Path(path).read_bytes())
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from workers.backends import artifacts
 from workers.backends.base import (
     Backend,
     CompileResult,
@@ -113,6 +114,13 @@ class OpenVinoBackend(Backend):
         # An imported openvino says "2026.4.1-22982-<hash>-releases/2026/4", its metadata
         # "2026.4.1": report the release either way, so importing it does not look like an upgrade.
         return {"version": release(found["version"]), "devices": available_devices()}
+
+    @classmethod
+    def artifact_problem(cls, path):
+        """A zip of the IR (XML and weights), build.json and maybe the compiled blob."""
+        allowed = (IR_FILE, WEIGHTS_FILE, BUILD_FILE, BLOB_FILE)
+        required = (IR_FILE, WEIGHTS_FILE)
+        return artifacts.ir_problem(path, IR_FILE, required, allowed)
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):

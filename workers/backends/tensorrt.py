@@ -80,6 +80,12 @@ class TensorRTBackend(Backend):
         return plan.gpu_problems(fingerprint)
 
     @classmethod
+    def artifact_problem(cls, path):
+        """A serialised plan: TensorRT's header, checked without TensorRT."""
+        with open(path, "rb") as handle:
+            return plan.plan_problem(handle.read(plan.PLAN_HEADER_BYTES))
+
+    @classmethod
     def compat_fields(cls, fingerprint, build_config):
         """Return TensorRT's version, the GPU architecture, the driver and CUDA majors."""
         config = build_config or {}

@@ -564,3 +564,18 @@ def _parser_error_line(error):
 def _layer_type(layer):
     """Return an inspector layer's type, "unknown" when it is listed by name only."""
     return (layer.get("LayerType") if isinstance(layer, dict) else None) or "unknown"
+
+
+# A serialised engine (a "plan") opens with this tag, a little-endian uint32 ("ftrt"), then
+# its serialisation version; TensorRT's own samples check the same before deserialising.
+PLAN_MAGIC = 0x74727466
+PLAN_HEADER_BYTES = 28
+
+
+def plan_problem(head):
+    """Say why bytes that open a file are not a TensorRT plan's ("" when they are)."""
+    if len(head) < PLAN_HEADER_BYTES:
+        return f"it is {len(head)} bytes long: shorter than a TensorRT plan's header"
+    if int.from_bytes(head[:4], "little") != PLAN_MAGIC:
+        return "it does not open with a TensorRT plan's tag"
+    return ""

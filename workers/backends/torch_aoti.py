@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.backends import artifacts
 from workers.backends.base import (
     Backend,
     BuildLog,
@@ -100,6 +101,11 @@ class TorchAotiBackend(Backend):
     source_label = "a torch.export program (.pt2)"
     dynamic_shapes_slow = "AOTInductor compiles fixed shapes best; fix them in the contract"
     auto_builds = {"fp32": {}}
+
+    @classmethod
+    def artifact_problem(cls, path):
+        """A PT2 archive (aoti_compile_and_package's zip) carrying AOTInductor code."""
+        return artifacts.pt2_package_problem(path, "data/aotinductor/", "archive_format", b"pt2")
 
     @classmethod
     def compat_fields(cls, fingerprint, build_config):
