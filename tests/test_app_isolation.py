@@ -9,10 +9,11 @@ AppConfig.ready() that reaches up, a model that needs a higher app to load.
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.layering import layers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,14 +40,6 @@ loaded = sorted(name for name in sys.modules if name.split(".")[:2] in higher)
 assert not loaded, f"{app} loaded higher apps' modules: {loaded}"
 print("ok", app)
 """
-
-
-def layers():
-    """Return the hub's apps by layer, lowest first, as the layer contract lists them."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    contract = next(c for c in config["contracts"] if c["type"] == "layers")
-    split = [layer.replace("|", ":").split(":") for layer in reversed(contract["layers"])]
-    return [[name.strip() for name in layer] for layer in split]
 
 
 def apps():

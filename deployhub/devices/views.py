@@ -17,6 +17,7 @@ from deployhub.devices.forms import (
     ThroughputTargetForm,
 )
 from deployhub.devices.models import Device
+from deployhub.devices.pages import class_sections, device_sections
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
 
@@ -57,6 +58,7 @@ def device_class_detail(request, pk):
 
 def _class_context(request, device_class, **extra):
     return {
+        **class_sections.context(device_class),
         "device_class": device_class,
         "devices": device_class.devices.all(),
         "jobs": device_class.jobs.select_related("model_version__model")[:10],
@@ -161,6 +163,7 @@ def device_detail(request, pk):
         "device": device,
         "changes": device.fingerprint_changes.all()[:50],
         "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
+        **device_sections.context(device),
     }
     return render(request, "devices/device_detail.html", context)
 

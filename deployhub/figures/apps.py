@@ -13,6 +13,7 @@ class FiguresConfig(AppConfig):
 
         pages.contribute_to_model_page("figures/_model_home.html", model_part)
         contribute_engine_figures()
+        contribute_release_and_device_figures()
 
 
 def contribute_engine_figures():
@@ -21,3 +22,13 @@ def contribute_engine_figures():
     from deployhub.figures.engine_views import engine_part
 
     contribute_to_engine_page("figures/_engine_figures.html", engine_part)
+
+
+def contribute_release_and_device_figures():
+    """Draw the release page's comparison and the device pages' fingerprint timelines."""
+    from deployhub.devices.pages import class_sections, device_sections
+    from deployhub.releases.pages import release_sections
+
+    release_sections.contribute("figures/_release_comparison.html")
+    device_sections.contribute("figures/_device_timeline.html")
+    class_sections.contribute("figures/_class_timeline.html")

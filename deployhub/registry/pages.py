@@ -18,6 +18,7 @@ from django.shortcuts import render
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.diff import diff_versions
 from deployhub.registry.forms import DatasetForm, DeriveVersionForm, EditNotesForm, GoldenSetForm
+from deployhub.sections import Sections
 from workers.backends.known import BACKENDS
 from workers.preprocessing import generate_code
 
@@ -102,3 +103,7 @@ def _gpu_warnings(version):
     if not version.contract or not any(set(c.backends) & gpu_backends for c in classes):
         return []
     return contract_warnings(version.contract, version.inputs, gpu=True)
+
+
+# The models list's parts that apps above registry draw (demo: the ResNet-18 sample button).
+models_list_sections = Sections("models_list_sections")

@@ -20,7 +20,7 @@ from deployhub.registry.forms import (
 from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model
-from deployhub.registry.pages import model_context, version_page
+from deployhub.registry.pages import model_context, models_list_sections, version_page
 from deployhub.registry.signals import version_uploaded
 from deployhub.registry.uploads import (
     ContractRefused,
@@ -79,6 +79,7 @@ def models_list(request):
     search = ModelSearchForm(request.GET)
     models = search.filter(team.models.all()).prefetch_related("versions").order_by("name")
     context = {"models": models, "form": form, "search": search, "total": team.models.count()}
+    context.update(models_list_sections.context(team))
     return render(request, "registry/models.html", context, status=400 if form.errors else 200)
 
 

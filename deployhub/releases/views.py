@@ -12,6 +12,7 @@ from deployhub.releases import actions
 from deployhub.releases.access import get_release_for_user
 from deployhub.releases.forms import OverrideForm, ProposeForm, ReviewForm, RollbackForm
 from deployhub.releases.models import ReleaseState
+from deployhub.releases.pages import release_sections
 
 
 def engine_part(engine):
@@ -37,7 +38,8 @@ def engine_propose(request, pk):
 @login_required
 def release_detail(request, pk):
     release = actions.recheck(get_release_for_user(request, pk))
-    return render(request, "releases/detail.html", _context(release))
+    context = {**_context(release), **release_sections.context(release)}
+    return render(request, "releases/detail.html", context)
 
 
 def _context(release):
