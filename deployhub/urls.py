@@ -40,6 +40,11 @@ urlpatterns = [
         name="model_accuracy_csv",
     ),
     path(
+        "models/<int:pk>/batch-sweep.csv",
+        benchmark_views.model_sweep_csv,
+        name="model_sweep_csv",
+    ),
+    path(
         "models/<int:pk>/results.json",
         benchmark_views.model_results_json,
         name="model_results_json",

@@ -3,9 +3,9 @@
 from django.http import JsonResponse
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
+from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
-from deployhub.benchmarks.exports import accuracy_csv, benchmark_json, benchmarks_csv, model_results
+from deployhub.benchmarks.exports import EXPORTS, benchmark_json, model_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun, flag_int8_slowdowns
 from deployhub.benchmarks.reports import model_report as build_report
@@ -94,8 +94,9 @@ def model_results_json(request, pk):
 @for_pipelines
 def model_results_csv(request, pk, kind):
     model = _model(request, pk)
-    body = benchmarks_csv(model) if kind == "benchmarks" else accuracy_csv(model)
-    return attachment(body, "text/csv; charset=utf-8", model, f"{kind}.csv")
+    if kind not in EXPORTS:
+        return error(404, f"No export {kind}.csv; there are {', '.join(EXPORTS)}.")
+    return attachment(model_csv(model, kind), "text/csv; charset=utf-8", model, f"{kind}.csv")
 
 
 @require_http_methods(["GET"])

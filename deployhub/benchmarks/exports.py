@@ -1,7 +1,13 @@
-"""A model's results as rows and JSON: every version's benchmark and accuracy runs."""
+"""A model's results as rows and JSON: every version's benchmark and accuracy runs.
+
+One definition per table (`EXPORTS`: its columns and its rows) serves both the
+CSVs and the HTML report's data tables, so the two always name the same columns.
+"""
 
 import csv
 import io
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun
 from deployhub.evaluation.models import AccuracyRun
@@ -160,6 +166,120 @@ def accuracy_row(run):
     }
 
 
+# One row per (run, batch size) of a run's batch sweep: a long table a spreadsheet can
+# pivot or chart (throughput against batch size) whatever sizes each run swept.
+SWEEP_RUN_COLUMNS = [
+    "run",
+    "job",
+    "version",
+    "version_id",
+    "device_class",
+    "serving_pattern",
+    "engine",
+    "backend",
+    "precision",
+    "stable",
+]
+SWEEP_COLUMNS = [
+    *SWEEP_RUN_COLUMNS,
+    "batch_size",
+    "throughput_ips",
+    *(f"latency_{key}_ms" for key in PERCENTILES),
+    "per_image_p50_ms",
+    "per_image_p99_ms",
+    "cv",
+    "created_at",
+]
+
+
+def _per_image(latency, key, batch_size):
+    value = latency.get(key)
+    return value / batch_size if value is not None else None
+
+
+def sweep_rows(run):
+    """Return a run's batch sweep as flat rows, one per batch size (the CSV's columns)."""
+    rows = []
+    for point in sorted(run.batch_sweep or [], key=lambda point: point["batch_size"]):
+        latency, batch = point.get("latency_ms") or {}, point["batch_size"]
+        rows.append(
+            {
+                "run": run.pk,
+                "job": run.job_id,
+                "version": run.model_version.number,
+                "version_id": run.model_version_id,
+                "device_class": run.device_class.slug,
+                "serving_pattern": run.device_class.serving_pattern,
+                "engine": run.engine_id,
+                "backend": run.backend,
+                "precision": run.precision,
+                "stable": run.stable,
+                "batch_size": batch,
+                "throughput_ips": point.get("throughput_ips"),
+                **{f"latency_{key}_ms": latency.get(key) for key in PERCENTILES},
+                "per_image_p50_ms": _per_image(latency, "p50", batch),
+                "per_image_p99_ms": _per_image(latency, "p99", batch),
+                "cv": point.get("cv"),
+                "created_at": run.created_at.isoformat(),
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Export:
+    """One exported table: the CSV `<kind>.csv` and the report's table of the same columns."""
+
+    kind: str
+    title: str
+    columns: list
+    reads: str  # "benchmarks" or "accuracy": which runs its rows come from
+    to_rows: Callable  # run -> list of rows
+
+    def rows(self, runs):
+        return [row for run in runs for row in self.to_rows(run)]
+
+
+EXPORTS = {
+    export.kind: export
+    for export in (
+        Export(
+            "benchmarks",
+            "Benchmark runs",
+            BENCHMARK_COLUMNS,
+            "benchmarks",
+            lambda run: [benchmark_row(run)],
+        ),
+        Export("batch-sweep", "Batch sweeps", SWEEP_COLUMNS, "benchmarks", sweep_rows),
+        Export(
+            "accuracy",
+            "Accuracy runs",
+            ACCURACY_COLUMNS,
+            "accuracy",
+            lambda run: [accuracy_row(run)],
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    """An export's rows, as the report draws them: a header and cells in column order."""
+
+    export: Export
+    rows: list
+
+    @property
+    def cells(self):
+        return [[row.get(key) for key in self.export.columns] for row in self.rows]
+
+
+def export_tables(runs, accuracy_runs):
+    """Return every export's table of these runs, in the CSVs' columns (for the report)."""
+    sources = {"benchmarks": runs, "accuracy": accuracy_runs}
+    return [Table(export, export.rows(sources[export.reads])) for export in EXPORTS.values()]
+
+
 def model_results(model):
     """Return every benchmark and accuracy run of the model's versions, as JSON."""
     return {
@@ -190,13 +310,23 @@ def csv_text(rows, columns):
     return out.getvalue()
 
 
+def _runs_of(model, reads):
+    if reads == "accuracy":
+        return AccuracyRun.objects.for_model(model)
+    return BenchmarkRun.objects.for_model(model)
+
+
+def model_csv(model, kind):
+    """Return the model's `kind` export as CSV; KeyError for a kind EXPORTS does not know."""
+    export = EXPORTS[kind]
+    return csv_text(export.rows(_runs_of(model, export.reads)), export.columns)
+
+
 def benchmarks_csv(model):
     """Return the model's benchmark runs as CSV."""
-    rows = [benchmark_row(run) for run in BenchmarkRun.objects.for_model(model)]
-    return csv_text(rows, BENCHMARK_COLUMNS)
+    return model_csv(model, "benchmarks")
 
 
 def accuracy_csv(model):
     """Return the model's accuracy runs as CSV."""
-    rows = [accuracy_row(run) for run in AccuracyRun.objects.for_model(model)]
-    return csv_text(rows, ACCURACY_COLUMNS)
+    return model_csv(model, "accuracy")

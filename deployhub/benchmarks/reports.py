@@ -1,7 +1,8 @@
 """A self-contained HTML report of a model's results, to attach to a review.
 
 One file: inline CSS, plotly.js inlined once from the installed plotly package,
-every figure's data embedded. It makes no request when opened.
+every figure's data embedded. It makes no request when opened. Its data tables
+are the CSVs' tables (benchmarks/exports.py EXPORTS): the same columns, the same rows.
 """
 
 import functools
@@ -12,6 +13,7 @@ from django.utils.safestring import mark_safe
 from plotly.offline import get_plotlyjs
 
 from deployhub.benchmarks.charts import model_figures
+from deployhub.benchmarks.exports import export_tables
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.evaluation.models import AccuracyRun
 from deployhub.figure_style import PLOT_CONFIG
@@ -42,6 +44,7 @@ def model_report(model, user=None):
         "accuracy_runs": accuracy_runs,
         "classes": classes,
         "figures": figures,
+        "tables": export_tables(runs, accuracy_runs),
         "plotly_js": mark_safe(_plotly_js()),  # noqa: S308 (the installed bundle)
         "generated_at": timezone.now(),
         "generated_by": user,

@@ -8,7 +8,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
-from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_results
+from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.benchmarks.reports import model_report as build_report
@@ -62,6 +62,14 @@ def model_benchmarks_csv(request, pk):
 def model_accuracy_csv(request, pk):
     model = get_model_for_user(request, pk)
     return attachment(accuracy_csv(model), "text/csv; charset=utf-8", model, "accuracy.csv")
+
+
+@login_required
+def model_sweep_csv(request, pk):
+    """The model's batch sweeps, one row per run and batch size."""
+    model = get_model_for_user(request, pk)
+    body = model_csv(model, "batch-sweep")
+    return attachment(body, "text/csv; charset=utf-8", model, "batch-sweep.csv")
 
 
 @login_required
