@@ -38,6 +38,21 @@ def click_first_point(page):
     page.mouse.click(x, y)
 
 
+def click_cell(page, selector, column, row):
+    """Click the centre of a heatmap's cell (category indexes on its x and y axes)."""
+    page.locator(selector).scroll_into_view_if_needed()
+    x, y = page.evaluate(
+        f"""() => {{
+            const el = document.querySelector('{selector}'), layout = el._fullLayout;
+            const box = el.getBoundingClientRect();
+            return [box.left + layout._size.l + layout.xaxis.l2p({column}),
+                    box.top + layout._size.t + layout.yaxis.l2p({row})];
+        }}"""
+    )
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+
+
 @pytest.fixture
 def seeded(version, demo_team):
     classes = seed_classes(demo_team)
@@ -103,4 +118,22 @@ def test_the_model_page_fleet_and_trend_draw_without_errors(live_server, browser
     page.goto(f"{live_server.url}/models/{model.pk}/trend/?metric=speed")
     assert any(role == "trend" for role, _, _ in drawn(page, "#trend-figure"))
     page.screenshot(path=str(ARTIFACTS / "version-trend.png"), full_page=True)
+    assert errors == []
+
+
+def test_a_click_on_a_fleet_cell_opens_its_engine(live_server, browser, alice, seeded):
+    model, classes, _ = seeded
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    log_in(page, live_server, "alice")
+    page.goto(f"{live_server.url}/models/{model.pk}/fleet/")
+    drawn(page, "#fleet-figure")
+    link = page.evaluate("document.querySelector('#fleet-figure').data[0].customdata[0][1]")
+    assert re.fullmatch(r"/engines/\d+/", link)
+
+    click_cell(page, "#fleet-figure", column=1, row=0)
+
+    page.wait_for_url(f"{live_server.url}{link}", timeout=10000)
     assert errors == []
