@@ -148,6 +148,15 @@ def test_the_latency_page_overlays_two_engines_and_their_sweeps(
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "latency-distribution.png"), full_page=True)
     page.locator("#figure-sweep").screenshot(path=str(ARTIFACTS / "batch-sweep.png"))
+
+    page.select_option("#latency-choice select[name=precision]", "int8")
+
+    page.wait_for_function("document.location.search.includes('precision=int8')")
+    assert traces_of(page, "figure-latency") == [
+        f"{labels[1]} {part}" for part in ("histogram", "CDF", "p50/p90/p99")
+    ]
+    assert traces_of(page, "figure-sweep") == [f"{labels[1]} throughput", f"{labels[1]} p99"]
+    assert page.locator("#figure-latency-notes li").text_content().startswith("Hidden by")
     assert errors == []
 
 

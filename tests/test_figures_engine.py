@@ -5,7 +5,7 @@ import base64
 import numpy as np
 import pytest
 
-from deployhub.devices.models import ServingPattern
+from deployhub.devices.models import DeviceClass, ServingPattern
 from deployhub.engines.actions import mark_stale
 from deployhub.figures.distribution import cdf_points
 from deployhub.releases.models import Release, ReleaseState
@@ -109,6 +109,63 @@ def test_another_teams_engines_are_not_drawn(client, charlie, version, device_cl
 
     assert drawn == {}
     assert client.get(f"/figures/engines/{engine.pk}/against-production.json").status_code == 404
+
+
+@pytest.fixture
+def two_classes(version, device_class, demo_team):
+    """An fp32 and an int8 engine on the test class and an fp32 one on a GPU class, each
+    with a run that kept samples and swept batch sizes: {name: run}."""
+    gpu = DeviceClass.objects.create(team=demo_team, slug="fig-gpu", frame_budget_ms=10.0)
+    engines = {
+        "fp32": stored_engine(version, device_class),
+        "int8": stored_engine(version, device_class, {"precision": "int8"}),
+        "gpu": stored_engine(version, gpu),
+    }
+    return {name: measured(engine, batch_sweep=SWEEP) for name, engine in engines.items()}
+
+
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("", {"fp32", "int8", "gpu"}),
+        ("&precision=int8", {"int8"}),
+        ("&class=fig-gpu", {"gpu"}),
+        ("&class=fig-gpu&precision=int8", set()),
+        ("&backend=no-such-backend", set()),
+    ],
+)
+@pytest.mark.parametrize("view", ["latency", "sweep"])
+def test_the_filters_in_the_url_narrow_the_latency_and_sweep_views(
+    client, alice, two_classes, view, query, shown
+):
+    engines = ",".join(str(run.engine_id) for run in two_classes.values())
+    client.force_login(alice)
+
+    drawn, body = traces(client, f"/figures/{view}.json?engines={engines}{query}")
+
+    labels = {
+        name for name, run in two_classes.items() if any(f"run #{run.pk})" in t for t in drawn)
+    }
+    assert labels == shown
+    hidden = [f"#{run.pk}" for name, run in two_classes.items() if name not in shown]
+    assert body["notes"] == (
+        [f"Hidden by the filters: run {', '.join(hidden)}. Clear a filter to show it."]
+        if hidden
+        else []
+    )
+
+
+def test_the_latency_page_keeps_its_filters_and_refuses_a_bad_version(client, alice, two_classes):
+    client.force_login(alice)
+
+    page = client.get("/figures/latency/?engines=1&class=fig-gpu&precision=int8")
+
+    html = page.content.decode()
+    assert '<option value="fig-gpu" selected>' in html and '<option value="int8" selected>' in html
+    assert "class=fig-gpu&amp;precision=int8" in html  # the figures' JSON gets the filters
+    assert client.get("/figures/latency.json?vmin=x").status_code == 400
+    assert client.get("/figures/sweep.json?vmax=x").json()["error"].startswith("vmax must be")
+    assert client.get("/figures/latency/?vmin=x").status_code == 400
 
 
 def test_the_sweep_draws_the_frame_budget_on_latency_for_a_real_time_class(

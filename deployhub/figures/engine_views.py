@@ -3,20 +3,25 @@
 Each answers figures.http.figure_response: the plotly figure and notes saying what to
 run where data is missing. Chosen engines and runs come from the query string
 (engines=1,2&runs=3), so a view is shared by its URL; ids that are not numbers or
-not the user's team's are ignored, never a 500.
+not the user's team's are ignored, never a 500. The latency and sweep views take the
+explorer's filters too (class=, backend=, precision=; tradeoffs.Filters).
 """
 
 import re
 
 from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
 from django.shortcuts import render
 
 from deployhub.devices.access import get_device_class_for_user, get_device_for_user
+from deployhub.devices.models import DeviceClass
 from deployhub.engines.access import get_engine_for_user
 from deployhub.figures import comparison, distribution, fingerprints, sweep
 from deployhub.figures.http import figure_response
+from deployhub.figures.tradeoffs import PRECISIONS, Filters
 from deployhub.releases.access import get_release_for_user
 from deployhub.teams.access import teams_of
+from workers.backends.known import BACKENDS
 
 
 def chosen_ids(request, name):
@@ -26,33 +31,58 @@ def chosen_ids(request, name):
     return list(dict.fromkeys(found))[: distribution.MAX_RUNS]
 
 
+def _refused(exc):
+    return JsonResponse({"error": str(exc)}, status=400)
+
+
 @login_required
 def latency_json(request):
+    try:
+        filters = Filters.from_query(request.GET)
+    except ValueError as exc:
+        return _refused(exc)
     engines, runs = chosen_ids(request, "engines"), chosen_ids(request, "runs")
     chosen = distribution.chosen_runs(teams_of(request.user), engines, runs)
     samples = distribution.samples_of(chosen)
     notes = distribution.missing_notes(chosen, samples, engines, runs)
-    return figure_response(distribution.distribution_figure(chosen, samples), notes)
+    shown, hidden = filters.split_runs(chosen)
+    return figure_response(distribution.distribution_figure(shown, samples), notes + hidden)
 
 
 @login_required
 def latency_page(request):
-    """The latency distribution at its own URL: the chosen engines and runs are in the query."""
+    """The latency distribution at its own URL: the chosen engines, runs and filters are in
+    the query."""
+    teams = teams_of(request.user)
     context = {
         "engines": ",".join(map(str, chosen_ids(request, "engines"))),
         "runs": ",".join(map(str, chosen_ids(request, "runs"))),
+        "query": request.GET.urlencode(),
+        "classes": DeviceClass.objects.filter(team__in=teams).order_by("slug"),
+        "backends": list(BACKENDS),
+        "precisions": PRECISIONS,
     }
-    return render(request, "figures/latency.html", context)
+    try:
+        context["filters"] = Filters.from_query(request.GET)
+    except ValueError as exc:
+        context["filters"], context["error"] = Filters(), str(exc)
+    status = 400 if "error" in context else 200
+    return render(request, "figures/latency.html", context, status=status)
 
 
 @login_required
 def sweep_json(request):
+    try:
+        filters = Filters.from_query(request.GET)
+    except ValueError as exc:
+        return _refused(exc)
     engines = chosen_ids(request, "engines")
     runs = sweep.sweep_runs(teams_of(request.user), engines)
     notes = sweep.sweep_notes(runs, engines)
     if not engines:
         notes.append("Choose engines (engines=1,2 in the URL) to compare their sweeps.")
-    return figure_response(sweep.sweep_figure(runs), notes)
+    shown, hidden = filters.split_runs(runs)
+    return figure_response(sweep.sweep_figure(shown), notes + hidden)
 
 
 @login_required

@@ -15,6 +15,8 @@ from deployhub.engines.models import Engine
 from deployhub.figures.pareto import pareto_front
 from deployhub.figures.points import load_points
 
+# The precisions a filter offers, by their one name across backends.
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 NO_ENGINE = "No engine yet: compile one or start auto mode on a version's page."
 NO_BENCHMARK = "{n} engine(s) have no benchmark yet: run one on the engine page ({names})."
 NO_ACCURACY = (
@@ -58,6 +60,26 @@ class Filters:
 
     def keep(self, point):
         return not self.precisions or point.precision in self.precisions
+
+    def keeps_run(self, run):
+        """Whether a benchmark run passes every filter (for views that choose runs by id)."""
+        number = run.model_version.number
+        return (
+            (not self.classes or run.device_class.slug in self.classes)
+            and (not self.backends or run.backend in self.backends)
+            and self.keep(run)
+            and (self.vmin is None or number >= self.vmin)
+            and (self.vmax is None or number <= self.vmax)
+        )
+
+    def split_runs(self, runs):
+        """Return (the runs the filters keep, a note naming those they hide, if any)."""
+        kept = [run for run in runs if self.keeps_run(run)]
+        hidden = [f"#{run.pk}" for run in runs if run not in kept]
+        if not hidden:
+            return kept, []
+        note = f"Hidden by the filters: run {', '.join(hidden)}. Clear a filter to show it."
+        return kept, [note]
 
 
 def _version(query, name):

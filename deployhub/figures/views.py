@@ -8,7 +8,7 @@ from deployhub.figures import trend as trends
 from deployhub.figures.charts import tradeoff_figure
 from deployhub.figures.fleet import fleet_figure
 from deployhub.figures.http import figure_response
-from deployhub.figures.tradeoffs import Filters, explore
+from deployhub.figures.tradeoffs import PRECISIONS, Filters, explore
 from deployhub.registry.access import get_model_for_user
 from workers.backends.known import BACKENDS
 
@@ -22,7 +22,7 @@ def filter_choices(model):
     return {
         "classes": model.team.device_classes.order_by("slug"),
         "backends": list(BACKENDS),
-        "precisions": ["fp32", "fp16", "bf16", "int8"],
+        "precisions": PRECISIONS,
         "versions": list(model.versions.order_by("number").values_list("number", flat=True)),
     }
 
