@@ -38,7 +38,10 @@ def test_it_drains_and_resumes_a_device_from_its_page(client, alice, make_device
     assert drain_on_page(client, alice, device).status_code == 302
     device.refresh_from_db()
     assert device.draining is False
-    assert events_of(device) == [("device.drained", "alice", {}), ("device.undrained", "alice", {})]
+    assert events_of(device) == [
+        ("device.drained", "alice", {"before": "taking jobs", "after": "draining"}),
+        ("device.undrained", "alice", {"before": "draining", "after": "taking jobs"}),
+    ]
 
 
 def test_it_drains_and_resumes_a_device_through_the_api(client, alice, make_device):
@@ -47,7 +50,10 @@ def test_it_drains_and_resumes_a_device_through_the_api(client, alice, make_devi
     assert drain_by_api(client, alice, device, False).json()["draining"] is False
     device.refresh_from_db()
     assert device.draining is False
-    assert events_of(device) == [("device.drained", "alice", {}), ("device.undrained", "alice", {})]
+    assert events_of(device) == [
+        ("device.drained", "alice", {"before": "taking jobs", "after": "draining"}),
+        ("device.undrained", "alice", {"before": "draining", "after": "taking jobs"}),
+    ]
 
 
 def test_the_page_and_the_api_record_the_same_events(client, alice, make_device):
@@ -58,7 +64,11 @@ def test_the_page_and_the_api_record_the_same_events(client, alice, make_device)
     by_page.refresh_from_db()
     by_api.refresh_from_db()
     assert by_page.draining is by_api.draining is True
-    assert events_of(by_page) == events_of(by_api) == [("device.drained", "alice", {})]
+    assert (
+        events_of(by_page)
+        == events_of(by_api)
+        == [("device.drained", "alice", {"before": "taking jobs", "after": "draining"})]
+    )
 
 
 def test_only_an_admin_drains_a_device(client, bob, make_device):

@@ -42,8 +42,8 @@ def test_a_user_benchmarks_the_demo_model_and_watches_it_live(
 
     # The demo model with its versions and signature.
     page.click("text=digits-cnn")
-    expect(page.locator("table.data")).to_contain_text("v2")
-    expect(page.locator("table.data")).to_contain_text("v1")
+    expect(page.locator("table#versions")).to_contain_text("v2")
+    expect(page.locator("table#versions")).to_contain_text("v1")
     page.click("a:text-is('v2')")
     expect(page.locator("h1")).to_contain_text("digits-cnn v2")
     expect(page.locator("body")).to_contain_text("image")
@@ -124,7 +124,7 @@ def test_a_user_uploads_a_model_in_the_browser_and_sees_refusals(live_server, br
     )
     page.click("form[data-upload] button[type=submit]")
     expect(page.locator("h1")).to_have_text("digits")
-    expect(page.locator("table.data")).to_contain_text("[N, 3, 32, 32]")
+    expect(page.locator("table#versions")).to_contain_text("[N, 3, 32, 32]")
 
     # A pickle is refused with the reason, on the same form, and nothing is stored.
     page.set_input_files(
