@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -60,7 +60,10 @@ def home(request):
 @require_POST
 def switch_team(request):
     """Make one of the user's teams the active one, and stay on the same list page."""
-    team = get_object_or_404(teams_of(request.user), pk=request.POST.get("team"))
+    chosen = request.POST.get("team", "")
+    if not chosen.isdigit():
+        raise Http404("No such team.")
+    team = get_object_or_404(teams_of(request.user), pk=chosen)
     request.session["team_id"] = team.pk
     messages.success(request, f"You are working in {team} now.")
     return redirect(_team_wide_page(request, request.POST.get("next", "")))

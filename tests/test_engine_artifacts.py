@@ -98,3 +98,20 @@ def test_the_hub_runs_the_check_in_a_capped_child(tmp_path):
 
     assert "does not parse" in json.loads(done.stdout)["problem"]
     assert get(name).artifact_problem(MODEL) == ""
+
+
+def test_an_onnx_engine_cannot_point_its_weights_outside_its_archive(tmp_path):
+    import onnx
+
+    model = onnx.load(str(MODEL))
+    tensor = model.graph.initializer[0]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "../../secrets/weights.bin"
+    bare = tmp_path / "engine.onnx"
+    bare.write_bytes(model.SerializeToString())
+
+    assert "points at weights outside it" in onnxruntime_backend().artifact_problem(bare)
+    entry.value = "engine.onnx.data"
+    inside = zipped(tmp_path, {"engine.onnx": model.SerializeToString(), "engine.onnx.data": b""})
+    assert onnxruntime_backend().artifact_problem(inside) == ""

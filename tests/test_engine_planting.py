@@ -108,3 +108,19 @@ def test_only_an_admin_decides_what_a_class_trusts(client, device_class, other_c
 
     assert client.post(f"/devices/classes/{other_class.pk}/edit", form).status_code == 403
     assert not other_class.trusts_builds_of.exists()
+
+
+def test_a_device_downloads_only_engines_its_class_built_or_trusts(
+    client, version, device_class, other_class, alice, builder
+):
+    build(client, compile_(version, device_class, alice)[1], builder[1])
+    engine = Engine.objects.get()
+    edge = other_class.devices.get()
+    edge_token = edge.issue_token()
+    edge.save()
+
+    refused = call(client, edge_token, f"engines/{engine.pk}/download", method="get")
+    other_class.trusts_builds_of.add(device_class)
+    served = call(client, edge_token, f"engines/{engine.pk}/download", method="get")
+
+    assert refused.status_code == 404 and served.status_code == 200

@@ -1,6 +1,7 @@
 """Engine, release and device figures: latency distribution, sweep, comparison, timeline."""
 
 import base64
+import json
 
 import numpy as np
 import pytest
@@ -301,3 +302,38 @@ def test_the_production_engine_is_not_compared_with_itself(client, alice, versio
     assert body["notes"] == [
         "This engine is in production on its class: its release page compares it."
     ]
+
+
+def test_the_timeline_never_shows_another_teams_device_of_the_same_name(
+    client, alice, charlie, make_device, monkeypatch
+):
+    from django.core.files import File
+
+    from deployhub.devices.models import Device
+    from deployhub.registry.models import Model
+    from deployhub.registry.uploads import create_version
+    from tests.conftest import ASSETS
+
+    acme = charlie.memberships.get().team
+    theirs = DeviceClass.objects.create(team=acme, slug="theirs", name="Theirs")
+    their_device = Device(device_class=theirs, name="gpu-1")
+    their_device.issue_token()
+    their_device.save()
+    model = Model.objects.create(team=acme, name="secret-model", created_by=charlie)
+    with open(ASSETS / "digits_cnn_v2.onnx", "rb") as handle:
+        their_version = create_version(model, File(handle, name="m.onnx"), charlie)
+    their_engine = stored_engine(their_version, theirs)
+    before, after = {"cpu": {"model": "A"}}, {"cpu": {"model": "B"}}
+    mine, _ = make_device("gpu-1")  # alice's device has the same name, and changed first
+    mine.fingerprint_changes.create(before=before, after=after, summary=["cpu A → B"])
+    monkeypatch.setattr(
+        "deployhub.engines.actions.compatibility",
+        lambda engine, fingerprint: (fingerprint == before, "secret toolchain", None),
+    )
+    mark_stale(their_device, before, after)
+    client.force_login(alice)
+
+    drawn, _ = traces(client, f"/figures/devices/{mine.pk}/fingerprints.json")
+
+    assert not [name for name in drawn if f"engine #{their_engine.pk} " in name]
+    assert "secret toolchain" not in json.dumps(drawn)

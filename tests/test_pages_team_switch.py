@@ -54,8 +54,10 @@ def test_it_refuses_an_outside_next_and_a_team_the_user_is_not_in(logged_in, acm
     other_team = charlie.memberships.get().team
     refused = logged_in.post("/team/", {"team": other_team.pk, "next": "/jobs/"})
 
+    not_a_team = logged_in.post("/team/", {"team": "abc", "next": "/jobs/"})
+
     assert outside["Location"] == "/models/"
-    assert refused.status_code == 404
+    assert refused.status_code == 404 and not_a_team.status_code == 404
     assert logged_in.session["team_id"] == acme.pk
 
 

@@ -339,7 +339,11 @@ def test_a_lost_attempt_is_sent_by_the_sweep_and_a_dead_senders_is_retried(
     long_ago = timezone.now() - timedelta(minutes=10)
     lost = WebhookDelivery.objects.create(webhook=webhook, event=event, next_attempt_at=long_ago)
     stuck = WebhookDelivery.objects.create(
-        webhook=webhook, event=event, state=DeliveryState.SENDING, next_attempt_at=long_ago
+        webhook=webhook,
+        event=event,
+        state=DeliveryState.SENDING,
+        next_attempt_at=long_ago,
+        sending_since=long_ago,
     )
     not_due = WebhookDelivery.objects.create(
         webhook=webhook, event=event, next_attempt_at=timezone.now()
@@ -355,3 +359,45 @@ def test_a_lost_attempt_is_sent_by_the_sweep_and_a_dead_senders_is_retried(
     assert stuck.state == DeliveryState.FAILED and "stopped while sending" in stuck.error
     assert WebhookDelivery.objects.filter(attempt=2).exists()  # the dead sender's retry
     assert not_due.state == DeliveryState.PENDING  # its own message is still on its way
+
+
+def test_a_send_the_sweep_gave_up_on_does_not_overwrite_it_or_retry_twice(
+    eager_hub, quick_retries, demo_team, alice, monkeypatch, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployhub.teams import webhooks
+
+    webhook = Webhook.objects.create(team=demo_team, url="https://ci.example.com/hook")
+    event = Event.record(demo_team, alice, "release.promoted", demo_team)
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook, event=event, next_attempt_at=timezone.now()
+    )
+
+    def slow_post(webhook, event):  # the sweep runs, much later, while this POST hangs
+        assert webhooks.sweep_deliveries(now=timezone.now() + timedelta(minutes=10))[1]
+        return 200, "", 5
+
+    monkeypatch.setattr(webhooks, "post", slow_post)
+    monkeypatch.setattr(webhooks, "send_delivery", lambda *args, **kwargs: None)
+    webhooks.attempt_delivery(delivery.pk)
+
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and "stopped while sending" in delivery.error
+    assert WebhookDelivery.objects.filter(attempt=2).count() == 1  # the sweep's retry only
+
+
+def test_an_attempt_that_just_began_sending_is_not_given_up(demo_team, alice):
+    from django.utils import timezone
+
+    from deployhub.teams.webhooks import sweep_deliveries
+
+    webhook = Webhook.objects.create(team=demo_team, url="https://ci.example.com/hook")
+    event = Event.record(demo_team, alice, "release.promoted", demo_team)
+    WebhookDelivery.objects.create(
+        webhook=webhook, event=event, state=DeliveryState.SENDING, sending_since=timezone.now()
+    )
+
+    assert sweep_deliveries() == ([], [])

@@ -194,7 +194,8 @@ def _attachment(storage_name, filename):
 @device_required
 def engine_download(request, device, engine_id):
     """Serve an engine only to a device whose toolchain can run it: 409 says what differs."""
-    engine = get_object_or_404(Engine, pk=engine_id, device_class__team=device.device_class.team)
+    # Its own class's engines, or a trusted class's (of its team): nothing else is handed over.
+    engine = get_object_or_404(Engine.objects.runnable_by(device.device_class), pk=engine_id)
     runs, reason, diffs = compatibility(engine, device.fingerprint)
     if not runs:
         return JsonResponse({"error": reason, "differences": diffs}, status=409)

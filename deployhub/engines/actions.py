@@ -290,9 +290,9 @@ def record_engine(job, result):
     build_config = canonical_config(backend, params.get("build_config") or {})
     fingerprint = builder_fingerprint(job, backend, build_config, result.get("fingerprint"))
     key, fields = key_for(backend, build_config, fingerprint)
-    artifact = _artifact(job, "engine", result.get("artifact_sha256"))
-    if problem := artifact_problem(backend, artifact.file.name):
-        raise ResultRejected(f"The uploaded engine is not a {backend} engine: {problem}.")
+    artifact = _artifact(
+        job, "engine", result.get("artifact_sha256")
+    )  # the bytes check_engine read
     _store_timing_cache(job, key, result)
     _store_calibration_cache(job, fingerprint, result)
     lookup = {
@@ -330,6 +330,21 @@ def record_engine(job, result):
         after=engine.status,
     )
     return engine
+
+
+def check_engine(job, result):
+    """Refuse a compile's engine that is not what its backend builds (before the job is locked).
+
+    The hub signs what a device uploads; this format check (Backend.artifact_problem, in a
+    capped child) keeps files that are no engine at all out of the store. The artifact is
+    named by its sha256, so record_engine stores the very bytes checked here.
+    """
+    if not result.get("artifact_sha256"):
+        raise ResultRejected("artifact_sha256 is required: the sha256 of the uploaded engine.")
+    backend = job.params["backend"]
+    artifact = _artifact(job, "engine", result["artifact_sha256"])
+    if problem := artifact_problem(backend, artifact.file.name):
+        raise ResultRejected(f"The uploaded engine is not a {backend} engine: {problem}.")
 
 
 def builder_fingerprint(job, backend, build_config, reported):
@@ -395,6 +410,7 @@ def mark_stale(device, before, after):
                 "engine.stale",
                 engine,
                 reason=reason,
+                device=device.pk,
                 before=EngineStatus.VALID,
                 after=EngineStatus.STALE,
             )

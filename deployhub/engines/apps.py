@@ -15,6 +15,7 @@ class EnginesConfig(AppConfig):
         kinds.subscribe(
             JobKind.COMPILE,
             record=actions.record_engine,
+            check=actions.check_engine,
             inputs=(
                 kinds.model_input,
                 actions.calibration_input,

@@ -27,7 +27,9 @@ class EngineQuerySet(models.QuerySet):
     def runnable_by(self, device_class):
         """Engines built on the class, or on a class it trusts (a device's bytes stay on its
         class unless an admin said otherwise)."""
-        return self.filter(device_class__in=device_class.builder_classes())
+        return self.filter(
+            device_class__in=device_class.builder_classes(), device_class__team=device_class.team_id
+        )
 
 
 class Engine(models.Model):

@@ -31,14 +31,22 @@ def timeline_data(devices):
         .select_related("device")
         .order_by("changed_at", "pk")
     )
+    # Device names repeat across classes and teams: the events are the devices' team's, and
+    # an engine counts only when it is of one of the devices' classes.
     actors = [f"device:{device}" for device in devices]
-    events = list(
-        Event.objects.filter(verb="engine.stale", actor__in=actors, target_type="engine").order_by(
-            "created_at", "pk"
-        )
+    events = Event.objects.filter(
+        verb="engine.stale",
+        actor__in=actors,
+        target_type="engine",
+        team__in={device.device_class.team_id for device in devices},
     )
-    engines = Engine.objects.filter(pk__in={event.target_id for event in events})
-    return changes, events, {e.pk: e for e in engines.select_related("model_version")}
+    events = list(events.order_by("created_at", "pk"))
+    engines = Engine.objects.filter(
+        pk__in={event.target_id for event in events},
+        device_class__in={device.device_class_id for device in devices},
+    )
+    engines = {e.pk: e for e in engines.select_related("model_version")}
+    return changes, [event for event in events if event.target_id in engines], engines
 
 
 def stale_by_change(changes, events):

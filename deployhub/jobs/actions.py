@@ -163,6 +163,7 @@ def complete_job(
         raise ValueError(f"state must be one of {', '.join(JobState.FINAL)}")
     if failure_category and failure_category not in FAILURE_CATEGORIES:
         raise ValueError(f"failure_category must be one of {', '.join(FAILURE_CATEGORIES)}")
+    refused = _precheck(job_id, device, attempt, state, result or {})
     with transaction.atomic():
         job = _locked(job_id, device)
         if _is_repeat(job, device, attempt, state):
@@ -171,7 +172,9 @@ def complete_job(
         if job.state != JobState.RUNNING:
             raise JobConflict(f"The job is {job.state}; it cannot be completed.")
         job.append_log(log, source=None)
-        if state == JobState.SUCCEEDED:
+        if state == JobState.SUCCEEDED and refused:
+            state, error = JobState.FAILED, refused
+        elif state == JobState.SUCCEEDED:
             state, error = _store_result(job, result or {})
         if state == JobState.FAILED:
             job.failure_category = failure_category or ""
@@ -188,6 +191,21 @@ def complete_job(
         for callback in kinds.finished_callbacks():
             transaction.on_commit(lambda callback=callback: callback(job))
     return job
+
+
+def _precheck(job_id, device, attempt, state, result):
+    """Run the kind's slow checks of a result before the row is locked; return a refusal or ""."""
+    if state != JobState.SUCCEEDED:
+        return ""
+    holder = {"device": device, "attempt": attempt, "state": JobState.RUNNING}
+    job = Job.objects.filter(pk=job_id, **holder).first()
+    if job is None:
+        return ""  # not this device's running attempt: the locked path answers it
+    try:
+        kinds.check(job, result)
+    except ResultRejected as exc:
+        return str(exc)
+    return ""
 
 
 def _store_result(job, result):

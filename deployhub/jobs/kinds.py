@@ -38,6 +38,7 @@ class Subscription:
 
     record: object = None
     inputs: tuple = ()
+    check: object = None
 
 
 @dataclass
@@ -50,11 +51,15 @@ class _Registry:
 _registry = _Registry()
 
 
-def subscribe(kind, *, record=None, inputs=()):
-    """Declare what stores a kind's result and which inputs its device receives (once a kind)."""
+def subscribe(kind, *, record=None, inputs=(), check=None):
+    """Declare what stores a kind's result and which inputs its device receives (once a kind).
+
+    check(job, result), when given, does a kind's slow checks of a result (it may raise
+    ResultRejected) before the job's row is locked: nothing waits on the lock meanwhile.
+    """
     if kind in _registry.kinds:
         raise ValueError(f"job kind {kind!r} is already subscribed")
-    _registry.kinds[kind] = Subscription(record=record, inputs=tuple(inputs))
+    _registry.kinds[kind] = Subscription(record=record, inputs=tuple(inputs), check=check)
 
 
 def on_finished(callback):
@@ -67,6 +72,13 @@ def on_reap(callback):
     """Call callback() after each reaper pass."""
     if callback not in _registry.reap:
         _registry.reap.append(callback)
+
+
+def check(job, result):
+    """Run a succeeded job's result through its kind's slow checks (raise ResultRejected)."""
+    subscription = _registry.kinds.get(job.kind)
+    if subscription is not None and subscription.check is not None:
+        subscription.check(job, result)
 
 
 def record(job, result):

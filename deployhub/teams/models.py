@@ -282,6 +282,7 @@ class WebhookDelivery(models.Model):
     error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="When it is due.")
+    sending_since = models.DateTimeField(null=True, blank=True, help_text="When sending began.")
     delivered_at = models.DateTimeField(null=True, blank=True, help_text="When it was sent.")
 
     class Meta:

@@ -88,18 +88,19 @@ def sweep_deliveries(now=None):
     """Resend attempts whose message was lost; fail and retry those whose sender died.
 
     A pending attempt more than a minute past due lost its message (the broker was down
-    when it was queued, or the hub worker restarted); one still sending minutes after it
-    was due lost its sender. Returns (resent, given up on).
+    when it was queued, or the hub worker restarted); one still sending five minutes after
+    it began lost its sender (an attempt times out in seconds). Returns (resent, given up on).
     """
     now = now or timezone.now()
     lost = WebhookDelivery.objects.filter(
         state=DeliveryState.PENDING, next_attempt_at__lt=now - timedelta(seconds=LOST_AFTER_S)
     )
     resent = list(lost.values_list("pk", flat=True))
+    WebhookDelivery.objects.filter(pk__in=resent).update(next_attempt_at=now)  # once a minute
     for delivery_id in resent:
         send_delivery(delivery_id)
     stuck = WebhookDelivery.objects.filter(
-        state=DeliveryState.SENDING, next_attempt_at__lt=now - timedelta(seconds=STUCK_AFTER_S)
+        state=DeliveryState.SENDING, sending_since__lt=now - timedelta(seconds=STUCK_AFTER_S)
     ).select_related("webhook", "event")
     abandoned = []
     for delivery in stuck:
@@ -137,7 +138,8 @@ def sign(secret, timestamp, body):
 def attempt_delivery(delivery_id):
     """Send a pending attempt once, record its outcome, and queue the next one if it failed."""
     claimed = WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING)
-    if not claimed.update(state=DeliveryState.SENDING):
+    # The sweep judges a stuck sender from sending_since.
+    if not claimed.update(state=DeliveryState.SENDING, sending_since=timezone.now()):
         return None  # sent already (a redelivered message), or its webhook is gone
     delivery = WebhookDelivery.objects.select_related("webhook", "event__team").get(pk=delivery_id)
     if delivery.webhook.active:
@@ -147,7 +149,16 @@ def attempt_delivery(delivery_id):
     delivery.state = DeliveryState.FAILED if error else DeliveryState.SUCCEEDED
     delivery.status_code, delivery.error, delivery.duration_ms = status_code, error, duration_ms
     delivery.delivered_at = timezone.now()
-    delivery.save(update_fields=["state", "status_code", "error", "duration_ms", "delivered_at"])
+    outcome = {
+        "state": delivery.state,
+        "status_code": status_code,
+        "error": error,
+        "duration_ms": duration_ms,
+        "delivered_at": delivery.delivered_at,
+    }
+    sending = WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.SENDING)
+    if not sending.update(**outcome):
+        return delivery  # the sweep gave this attempt up meanwhile and queued the next one
     if error and delivery.webhook.active:
         retry(delivery)
     return delivery

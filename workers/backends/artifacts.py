@@ -1,8 +1,11 @@
-"""Is this file what a backend builds? Checks of an engine's bytes that load nothing.
+"""Is this file what a backend builds? Format checks of an engine's bytes that load nothing.
 
-The hub runs them before it signs an engine a device uploaded: a device that
-uploads bytes which are not the backend's artifact gets its build refused, so
-a compromised device cannot have arbitrary bytes signed and handed to others.
+The hub runs them before it signs an engine a device uploaded: bytes that are
+not the backend's artifact at all (a script, another format, an archive that
+reaches outside itself) fail the build. A format check cannot prove a build
+honest: a TensorRT plan is opaque past its header and an AOTInductor package
+carries native code by design. The trust boundary is the device class: an
+engine serves its own class, and another only when an admin said so.
 Nothing here deserialises into a runtime; ONNX files are parsed as protobuf
 only, OpenVINO IR as XML. Run as `python -m workers.backends.artifacts BACKEND
 PATH MEMORY_MB` it prints {"problem": "..."} ("" when the file is sound) from a
@@ -53,8 +56,11 @@ def _member_problem(member, allowed):
     return ""
 
 
-def onnx_problem(data):
-    """Say what is wrong with bytes meant to be an ONNX model ("" when they parse as one)."""
+def onnx_problem(data, weights=()):
+    """Say what is wrong with bytes meant to be an ONNX model ("" when they parse as one).
+
+    External weights may only be in the files named in weights (beside it in its archive).
+    """
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -64,6 +70,10 @@ def onnx_problem(data):
         return f"it does not parse as an ONNX model ({exc.__class__.__name__})"
     if not model.graph.node or not model.graph.output:
         return "it parses, but as an ONNX model with no graph"
+    for tensor in model.graph.initializer:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+        if location is not None and location not in weights:
+            return f"its tensor {tensor.name!r} points at weights outside it ({location!r})"
     return ""
 
 
@@ -72,7 +82,7 @@ def onnx_in_zip_problem(path, model_name, allowed):
     if problem := zip_problem(path, required=(model_name,), allowed=allowed):
         return problem
     with zipfile.ZipFile(path) as archive:
-        return onnx_problem(archive.read(model_name))
+        return onnx_problem(archive.read(model_name), weights=allowed)
 
 
 def ir_problem(path, xml_name, required, allowed):
