@@ -6,6 +6,8 @@ A backend's symbol follows its place in workers.backends.known, never its name;
 an unstable measurement is drawn hollow.
 """
 
+import html
+
 from workers.backends.known import BACKENDS
 
 # A fixed colour per precision (colour-blind safe, Okabe-Ito); others fall back to grey.
@@ -53,3 +55,8 @@ def legend():
     colours = [(name, colour, None) for name, colour in PRECISION_COLOURS.items()]
     symbols = [(name, None, backend_symbol(name)) for name in BACKENDS]
     return colours + symbols
+
+
+def plain(value):
+    """Text from users or devices as plotly shows it: its markup (<a>, <b>, <br>) as text."""
+    return html.escape(str(value), quote=False)

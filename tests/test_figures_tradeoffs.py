@@ -218,3 +218,18 @@ def test_it_hides_another_teams_explorer_data_in_api_v1(client, charlie, version
     response = client.get(f"/api/v1/models/{version.model.pk}/tradeoffs", **token_for(charlie))
 
     assert response.status_code == 404
+
+
+def test_a_devices_words_in_the_hover_are_text_not_markup(client, alice, version, classes):
+    engine = engine_of(version, classes[0], "fp32")
+    engine.tool_versions = {"onnxruntime": '<a href="https://evil.example">1.32</a>'}
+    engine.save()
+    benchmarked(engine, p99=15.0)
+    evaluated(engine, agreement=0.999)
+    client.login(username="alice", password=PASSWORD)
+
+    data = client.get(f"/models/{version.model.pk}/tradeoffs.json").json()["figure"]["data"]
+
+    [hover] = next(t for t in data if t["meta"]["role"] == "engines")["text"]
+    assert '<a href="https://evil.example">' not in hover
+    assert "&lt;a href=" in hover

@@ -177,15 +177,17 @@ def calibration_of(job):
 def compared_engines(job):
     """Return the engines a compare job times side by side, in the order it lists them.
 
-    Only engines of the job's own device class and version count, so a job cannot
-    name another team's engine.
+    Only engines of the job's version that its device class runs (built there, or on a
+    class it trusts) count, so a job cannot name another team's or class's engine.
     """
     if job.kind != JobKind.COMPARE:
         return []
     ids = [pk for pk in job.params.get("engines") or () if isinstance(pk, int)]
-    engines = Engine.objects.filter(
-        pk__in=ids, device_class=job.device_class, model_version=job.model_version
-    ).in_bulk()
+    engines = (
+        Engine.objects.runnable_by(job.device_class)
+        .filter(pk__in=ids, model_version=job.model_version)
+        .in_bulk()
+    )
     return [engines[pk] for pk in ids if pk in engines]
 
 

@@ -18,6 +18,7 @@ from deployhub.figure_style import (
     PRODUCTION_RING,
     TOLERANCE_FILL,
     marker_symbol,
+    plain,
     precision_colour,
 )
 
@@ -25,7 +26,8 @@ ACCURACY_TITLES = {"top1": "top-1 accuracy", "agreement": "top-1 agreement with 
 
 
 def _config_text(mapping):
-    return ", ".join(f"{key}={value}" for key, value in sorted(mapping.items())) or "defaults"
+    text = ", ".join(f"{key}={value}" for key, value in sorted(mapping.items()))
+    return plain(text) or "defaults"
 
 
 def hover(point, facet):
@@ -48,7 +50,7 @@ def hover(point, facet):
     ]
     return "<br>".join(
         [
-            f"<b>engine #{point.engine_id}</b>: v{point.version} · {point.backend} · "
+            f"<b>engine #{point.engine_id}</b>: v{point.version} · {plain(point.backend)} · "
             f"{point.precision} on {dc.slug}",
             f"build: {_config_text(point.build_config)}",
             f"toolchain: {_config_text(point.tool_versions)}",

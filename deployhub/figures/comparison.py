@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deployhub.benchmarks.models import NO_SAMPLES
-from deployhub.figure_style import LAYOUT, marker_symbol, precision_colour
+from deployhub.figure_style import LAYOUT, marker_symbol, plain, precision_colour
 from deployhub.figures.distribution import cdf_points, percentile_marks, samples_of
 from deployhub.releases.evidence import (
     comparison_item,
@@ -110,7 +110,7 @@ def comparison_figure(sides, samples, deltas):
     for index, s in enumerate(sides):
         _add_side(figure, s, samples, "solid" if index == 0 else "dash")
     title = "Candidate against production"
-    lines = delta_lines(deltas)
+    lines = [plain(line) for line in delta_lines(deltas)]
     figure.update_layout(
         title={"text": title + ("<br><sub>" + " · ".join(lines) + "</sub>" if lines else "")},
         height=440,

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from deployhub.benchmarks.models import NO_SAMPLES, BenchmarkRun, LatencySamples, Scenario
 from deployhub.devices.models import ServingPattern
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, precision_colour
+from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, plain, precision_colour
 
 # At most this many runs on one figure: more is unreadable.
 MAX_RUNS = 8
@@ -56,7 +56,7 @@ def samples_of(runs):
 def run_label(run):
     """Name a run by what it measured: engine (or source model), backend, precision, batch."""
     subject = f"engine #{run.engine_id}" if run.engine_id else f"v{run.model_version.number} source"
-    return f"{subject} {run.backend} {run.precision} b{run.batch_size} (run #{run.pk})"
+    return f"{subject} {plain(run.backend)} {run.precision} b{run.batch_size} (run #{run.pk})"
 
 
 def run_link(run):

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from deployhub.benchmarks.models import engine_precision
 from deployhub.devices.models import FingerprintChange
 from deployhub.engines.models import Engine
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, precision_colour
+from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, plain, precision_colour
 from deployhub.teams.models import Event
 
 CHANGE_COLOUR = "#444444"
@@ -82,8 +82,8 @@ def timeline_figure(changes, events, engines, title):
 def _changes_trace(changes, stale, engines):
     def hover(change):
         made = [f"engine #{event.target_id}" for event in stale.get(change.pk, [])]
-        lines = "<br>".join(change.summary[:8])
-        return f"{change.device}<br>{lines}<br>made stale: {', '.join(made) or 'none'}"
+        lines = "<br>".join(plain(line) for line in change.summary[:8])
+        return f"{plain(change.device)}<br>{lines}<br>made stale: {', '.join(made) or 'none'}"
 
     return go.Scatter(
         x=[change.changed_at for change in changes],
@@ -113,7 +113,7 @@ def _stale_trace(change, event, engine):
             "symbol": marker_symbol(engine.backend, False),
         },
         customdata=[engine.get_absolute_url()] * 2,
-        text=["", f"{row} made stale by {change.device}: {reason} (now {engine.status})"],
+        text=["", f"{row} made stale by {plain(change.device)}: {plain(reason)} ({engine.status})"],
         hoverinfo="text",
         name=f"{row} stale",
     )

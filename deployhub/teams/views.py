@@ -135,6 +135,7 @@ def team_settings(request):
         "new_webhook": new_webhook,
         "webhooks": webhooks.webhooks_of(team) if admin else [],
         "deliveries": webhooks.recent_deliveries(team) if admin else [],
+        "admin": admin,
     }
     status = 400 if form.errors or webhook_form.errors else 200
     return render(request, "teams/settings.html", context, status=status)

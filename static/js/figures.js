@@ -18,7 +18,7 @@
   function linkOf(point) {
     const data = point && point.customdata;
     const url = Array.isArray(data) ? data[0] : data;
-    return typeof url === "string" && url.startsWith("/") ? url : null;
+    return typeof url === "string" && url.startsWith("/") && !url.startsWith("//") ? url : null;
   }
 
   async function draw(element, url) {
