@@ -100,6 +100,28 @@ def test_the_next_int8_build_of_that_tensorrt_version_gets_it_as_an_input(
     assert b"".join(served.streaming_content) == SCALES
 
 
+def test_another_class_never_gets_the_scales_a_device_of_this_class_computed(
+    client, version, device_class, alice, calibration, make_device, demo_team
+):
+    import uuid
+
+    from deployhub.devices.models import DeviceClass
+
+    other = DeviceClass.objects.create(
+        team=demo_team, slug=f"gpu-{uuid.uuid4().hex[:6]}", name="Other GPUs", frame_budget_ms=10
+    )
+    device, token = make_device("gpu-a")
+    call(client, token, "device/heartbeat", {"fingerprint": gpu_fingerprint()})
+    build_int8(client, compile_int8(version, device_class, alice), token)
+    _, elsewhere = make_device("gpu-other", cls=other)
+    call(client, elsewhere, "device/heartbeat", {"fingerprint": gpu_fingerprint()})
+    job = compile_int8(version, other, alice)
+
+    claimed = call(client, elsewhere, f"jobs/{job.pk}/claim", {"attempt": 1}).json()
+
+    assert "calibration_cache" not in claimed["inputs"]  # same TensorRT, another class
+
+
 def test_another_tensorrt_version_calibrates_again(
     client, version, device_class, alice, calibration, gpu_device
 ):

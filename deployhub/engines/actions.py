@@ -218,7 +218,10 @@ def calibration_cache_key(job, fingerprint):
 def calibration_cache_for(job, device):
     """Return the calibration cache an INT8 build on this device can start from, if any."""
     found = calibration_cache_key(job, device.fingerprint)
-    return CalibrationCache.objects.filter(key=found[0]).first() if found else None
+    if not found:
+        return None
+    classes = job.device_class.builder_classes()
+    return CalibrationCache.objects.filter(key=found[0], device_class__in=classes).first()
 
 
 def calibration_input(job, device=None):
@@ -254,6 +257,7 @@ def _store_calibration_cache(job, fingerprint, result):
     artifact = _artifact(job, "calibration_cache", result["calibration_cache_sha256"])
     CalibrationCache.objects.update_or_create(
         key=key,
+        device_class=job.device_class,
         defaults={
             "model_version": job.model_version,
             "dataset": calibration_of(job),

@@ -157,19 +157,36 @@ class CalibrationCache(models.Model):
     """TensorRT INT8 scales for one model, dataset and TensorRT version, reused by later builds.
 
     The key is tensorrt_plan.calibration_fields made a compat key: the scales do
-    not depend on the GPU, so every device of that TensorRT version shares them.
+    not depend on the GPU, so the devices of that TensorRT version share them, within
+    the class whose device computed them (and the classes that trust it): a device
+    must not feed scales to another class's builds.
     """
 
     model_version = models.ForeignKey(
         "registry.ModelVersion", on_delete=models.CASCADE, related_name="calibration_caches"
     )
+    device_class = models.ForeignKey(
+        "devices.DeviceClass",
+        null=True,
+        on_delete=models.CASCADE,
+        related_name="calibration_caches",
+        help_text="The class whose device computed the scales (empty: from before classes kept "
+        "their own, never served).",
+    )
     dataset = models.ForeignKey("registry.Dataset", null=True, on_delete=models.SET_NULL)
-    key = models.CharField(max_length=120, unique=True)
+    key = models.CharField(max_length=120)
     tensorrt_version = models.CharField(max_length=40)
     file = models.FileField(max_length=255)
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField()
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device_class", "key"], name="one_calibration_cache_per_class_and_key"
+            )
+        ]
 
     def __str__(self):
         return f"calibration cache of {self.model_version} (TensorRT {self.tensorrt_version})"
