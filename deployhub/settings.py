@@ -6,6 +6,7 @@ broker and local storage, all under `var/`. See README.md for the variables.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -77,6 +78,7 @@ INSTALLED_APPS = [
     "deployhub.releases",
     "deployhub.figures",
     "deployhub.demo",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -89,6 +91,8 @@ MIDDLEWARE = [
     "deployhub.teams.actor.ActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "deployhub.urls"
@@ -126,6 +130,24 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Sign-in throttling (django-axes, deployhub/teams/throttle.py): after this many failed sign-ins
+# for one username, or from one address, that username or that address is locked out for the
+# cool-off; a refused attempt meanwhile neither counts nor extends it.
+AUTHENTICATION_BACKENDS = [
+    "deployhub.teams.throttle.SignInThrottle",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("DEPLOYHUB_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("DEPLOYHUB_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "deployhub.teams.throttle.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "deployhub.teams.throttle.client_address"
+# Made-up API and device tokens: this many from one address within the lockout locks it out.
+DEPLOYHUB_TOKEN_FAILURE_LIMIT = env_int("DEPLOYHUB_TOKEN_FAILURE_LIMIT", 30)
+DEPLOYHUB_TOKEN_LOCKOUT_SECONDS = env_int("DEPLOYHUB_TOKEN_LOCKOUT_SECONDS", 600)
+# Reverse proxies in front of the hub that append to X-Forwarded-For; 0: the peer is the client.
+DEPLOYHUB_PROXY_COUNT = env_int("DEPLOYHUB_PROXY_COUNT", 0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "models"
 LOGOUT_REDIRECT_URL = "login"

@@ -18,6 +18,7 @@ from deployhub.jobs.models import Job
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.golden import GoldenError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+from deployhub.teams import throttle
 from deployhub.teams.models import ApiToken, TokenScope
 
 PIPELINE_REFUSAL = (
@@ -58,16 +59,42 @@ def _bearer(request):
     return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
 
 
+def _token_lockout(request):
+    """Return a 429 when the caller's address is locked out for made-up tokens, else None.
+
+    Checked before the token, so a locked-out address learns nothing from its guesses.
+    """
+    seconds = throttle.token_lockout_seconds(request)
+    if not seconds:
+        return None
+    response = error(
+        429,
+        "Too many failed token authentications from this address: "
+        f"{throttle.try_again_in(seconds)}.",
+    )
+    response["Retry-After"] = str(seconds)
+    return response
+
+
+def _refuse_token(request, message):
+    """Answer 401, counting a presented token against the caller's address (no token: no count)."""
+    if _bearer(request):
+        throttle.count_token_failure(request)
+    return error(401, message)
+
+
 def token_required(view):
     """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
 
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
+        if locked := _token_lockout(request):
+            return locked
         record = ApiToken.objects.by_token(_bearer(request))
         if record is None:
-            return error(
-                401,
+            return _refuse_token(
+                request,
                 "An API token is required: Authorization: Bearer dhu_... "
                 "(create one under Account → API tokens).",
             )
@@ -97,11 +124,13 @@ def device_required(view):
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
+        if locked := _token_lockout(request):
+            return locked
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return error(401, "A device token is required: Authorization: Bearer <token>.")
         device = Device.objects.by_token(_bearer(request))
         if device is None:
-            return error(401, "This device token is not valid.")
+            return _refuse_token(request, "This device token is not valid.")
         try:
             return view(request, device, *args, **kwargs)
         except WrongDevice as exc:

@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from deployhub.teams.models import Event, Membership, Team, Webhook, WebhookDelivery
+from deployhub.teams.models import (
+    Event,
+    Membership,
+    Team,
+    TokenFailures,
+    Webhook,
+    WebhookDelivery,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -46,6 +53,20 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     list_display = ["created_at", "webhook", "event", "attempt", "state", "status_code"]
     list_filter = ["state", "webhook__team"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TokenFailures)
+class TokenFailuresAdmin(admin.ModelAdmin):
+    """Addresses that presented made-up tokens; delete a row to lift its lockout early."""
+
+    list_display = ["address", "failures", "window_started_at", "locked_until"]
+    ordering = ["-window_started_at"]
 
     def has_add_permission(self, request):
         return False

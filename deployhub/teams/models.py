@@ -1,12 +1,13 @@
 """Teams, memberships with roles, and the append-only audit log."""
 
 import hashlib
+import math
 import secrets
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, transaction
 
 from deployhub.choices import ChoiceSet
 
@@ -188,6 +189,59 @@ class ApiToken(models.Model):
         self.token_hash = hashlib.sha256(token.encode()).hexdigest()
         self.token_hint = token[: len(API_TOKEN_PREFIX) + 4]
         return token
+
+
+class TokenFailuresQuerySet(models.QuerySet):
+    def seconds_locked(self, address, now):
+        """Return the whole seconds until this address may present tokens again; 0 when it may."""
+        until = self.filter(address=address, locked_until__gt=now).values_list(
+            "locked_until", flat=True
+        )
+        return math.ceil((until[0] - now).total_seconds()) if until else 0
+
+    def count_failure(self, address, now, *, limit, lockout):
+        """Count one failed token authentication from the address; return its row.
+
+        The count runs over a window of `lockout` from its first failure; reaching
+        `limit` locks the address out for `lockout`. Rows of windows long over go.
+        """
+        self.filter(window_started_at__lt=now - 2 * lockout).exclude(address=address).delete()
+        with transaction.atomic():
+            row, _ = self.select_for_update().get_or_create(
+                address=address, defaults={"window_started_at": now}
+            )
+            if row.window_started_at <= now - lockout and not row.locked(now):
+                row.failures, row.window_started_at, row.locked_until = 0, now, None
+            row.failures += 1
+            if row.failures == limit:
+                row.locked_until = now + lockout
+            row.save()
+        return row
+
+
+class TokenFailures(models.Model):
+    """Failed API and device token authentications from one client address.
+
+    No user or team is known for a made-up token, so this row (shown in the admin)
+    and a line in the hub's log are the record of a lockout; a team's audit trail
+    gets the sign-in lockouts of its members (teams/throttle.py).
+    """
+
+    address = models.CharField(max_length=64, unique=True)
+    failures = models.PositiveIntegerField(default=0)
+    window_started_at = models.DateTimeField(help_text="The first failure of this count.")
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    objects = TokenFailuresQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "token failures"
+
+    def __str__(self):
+        return f"{self.address}: {self.failures} failed token authentications"
+
+    def locked(self, now):
+        return self.locked_until is not None and self.locked_until > now
 
 
 def validate_webhook_url(value):
