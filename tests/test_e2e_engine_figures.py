@@ -122,6 +122,13 @@ def test_the_engine_and_release_pages_draw_their_figures(
     assert errors == []
     assert production_run.samples_ms() is not None
 
+    # The production engine has nothing to be compared with: a short strip and its note.
+    page.goto(f"{live_server.url}{production.get_absolute_url()}")
+    page.wait_for_selector("#figure-against-production[data-drawn='true']", timeout=20_000)
+    strip = page.locator("#figure-against-production")
+    assert strip.get_attribute("data-empty") == "true" and strip.bounding_box()["height"] < 150
+    assert traces_of(page, "figure-latency")  # its own distribution still draws
+
 
 def test_the_latency_page_overlays_two_engines_and_their_sweeps(
     browser, live_server, alice, version, device_class

@@ -21,6 +21,20 @@
     return typeof url === "string" && url.startsWith("/") && !url.startsWith("//") ? url : null;
   }
 
+  function hasPoints(data) {
+    const filled = (values) => Array.isArray(values) && values.length > 0;
+    return (data || []).some((trace) => filled(trace.x) || filled(trace.y) || filled(trace.z));
+  }
+
+  // A figure with nothing to plot is a short strip, not empty axes: its notes say what to run.
+  function emptyLayout(layout) {
+    const empty = { ...layout, height: 90, shapes: [], annotations: [] };
+    for (const key of ["xaxis", "yaxis", ...Object.keys(layout)]) {
+      if (/^[xy]axis\d*$/.test(key)) empty[key] = { visible: false };
+    }
+    return empty;
+  }
+
   async function draw(element, url) {
     const started = performance.now();
     element.dataset.drawn = "false";
@@ -30,7 +44,10 @@
       return;
     }
     const body = await response.json();
-    await Plotly.react(element, body.figure.data, body.figure.layout, body.config);
+    const empty = !hasPoints(body.figure.data);
+    const layout = empty ? emptyLayout(body.figure.layout) : body.figure.layout;
+    await Plotly.react(element, empty ? [] : body.figure.data, layout, body.config);
+    element.dataset.empty = empty ? "true" : "false";
     showNotes(element, body.notes);
     if (!element.dataset.clicks) {
       element.dataset.clicks = "on";
