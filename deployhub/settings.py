@@ -196,6 +196,10 @@ DEPLOYHUB_EXPORT_OPSET = env_int("DEPLOYHUB_EXPORT_OPSET", 17)
 # Uploaded models are parsed in a child process under these limits, never in the web process.
 DEPLOYHUB_VALIDATION_MEMORY_MB = env_int("DEPLOYHUB_VALIDATION_MEMORY_MB", 8192)
 DEPLOYHUB_VALIDATION_TIMEOUT = env_int("DEPLOYHUB_VALIDATION_TIMEOUT", 600)
+# Zip bombs: an archive (and each member) may unpack to this many times its compressed size;
+# files up to the allowance may compress better (a config, labels.csv). Checked as it unpacks.
+DEPLOYHUB_MAX_UNPACK_RATIO = env_int("DEPLOYHUB_MAX_UNPACK_RATIO", 100)
+DEPLOYHUB_UNPACK_ALLOWANCE_BYTES = env_int("DEPLOYHUB_UNPACK_ALLOWANCE_BYTES", 100 * 1024)
 
 # Celery (hub side: it enqueues job ids and runs the reaper with beat).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", f"filesystem://{VAR_DIR / 'broker'}")

@@ -20,13 +20,21 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from django.conf import settings
 from onnx import TensorProto, helper
+
+from deployhub.registry.archives import RatioCap
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_MODEL = ROOT / "deployhub" / "demo" / "assets" / "digits_cnn_v2.onnx"
 BOMB_CAP = 10 * 1024 * 1024
 BOMB_BYTES = 50 * 1024 * 1024
 PICKLE_MESSAGE = "runs arbitrary code"
+
+
+def default_cap():
+    """Return the compression-ratio cap the hub unpacks uploads under by default (settings)."""
+    return RatioCap(settings.DEPLOYHUB_MAX_UNPACK_RATIO, settings.DEPLOYHUB_UNPACK_ALLOWANCE_BYTES)
 
 
 def _tiny_model(weight, input_dims=(1, 4)):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from deployhub.registry.archives import RatioCap
 from deployhub.registry.contract import default_contract, validate_contract
 from deployhub.registry.datasets import (
     DatasetError,
@@ -20,11 +21,14 @@ from deployhub.registry.datasets import (
     load_npz,
 )
 from deployhub.registry.inspect import inspect_onnx
+from tests.registry_corpus import default_cap
 
 ASSETS = Path(__file__).resolve().parent.parent / "deployhub" / "demo" / "assets"
 SAMPLES = ASSETS / "samples"
 SPEC = json.loads((ASSETS / "manifest.json").read_text())["preprocessing"]
 MB = 1024 * 1024
+CAP = default_cap()
+LOOSE = RatioCap(ratio=10**6, allowance=0)  # for a test of another limit
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +89,14 @@ def load_zip(path, workdir, *, require_labels=True, **limits):
         require_labels=require_labels,
         workdir=workdir,
         max_bytes=10 * MB,
+        cap=CAP,
         input_name="image",
         **limits,
     )
 
 
 def test_the_demo_validation_set_loads_and_fits_the_default_contract(model_inputs, contract):
-    arrays = load_npz(ASSETS / "validation.npz", ["image"], require_labels=True)
+    arrays = load_npz(ASSETS / "validation.npz", ["image"], require_labels=True, cap=CAP)
 
     check_against_contract(arrays["inputs"], model_inputs, contract)
     assert describe(arrays) == {
@@ -104,7 +109,7 @@ def test_the_demo_validation_set_loads_and_fits_the_default_contract(model_input
 
 
 def test_the_demo_calibration_set_loads_without_labels(model_inputs, contract):
-    arrays = load_npz(ASSETS / "calibration.npz", ["image"], require_labels=False)
+    arrays = load_npz(ASSETS / "calibration.npz", ["image"], require_labels=False, cap=CAP)
 
     check_against_contract(arrays["inputs"], model_inputs, contract)
     assert arrays["labels"] is None
@@ -114,14 +119,14 @@ def test_the_demo_calibration_set_loads_without_labels(model_inputs, contract):
 
 def test_a_validation_set_needs_labels():
     with pytest.raises(DatasetError, match="needs one integer class label per sample"):
-        load_npz(ASSETS / "calibration.npz", require_labels=True)
+        load_npz(ASSETS / "calibration.npz", require_labels=True, cap=CAP)
 
 
 def test_it_refuses_an_object_array(tmp_path):
     path = save_npz(tmp_path / "d.npz", inputs=np.array([np.zeros(3), "cat"], dtype=object))
 
     with pytest.raises(DatasetError) as refused:
-        load_npz(path, require_labels=False)
+        load_npz(path, require_labels=False, cap=CAP)
 
     assert str(refused.value) == (
         "The 'inputs' array holds Python objects (dtype=object); save plain numeric arrays."
@@ -132,7 +137,7 @@ def test_it_refuses_labels_of_another_length(tmp_path):
     path = save_npz(tmp_path / "d.npz", inputs=np.zeros((4, 3, 32, 32)), labels=np.arange(3))
 
     with pytest.raises(DatasetError, match="There are 3 labels for 4 samples"):
-        load_npz(path, require_labels=True)
+        load_npz(path, require_labels=True, cap=CAP)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +152,7 @@ def test_it_refuses_labels_that_are_not_class_indices(tmp_path, labels, message)
     path = save_npz(tmp_path / "d.npz", inputs=np.zeros((4, 2)), labels=labels)
 
     with pytest.raises(DatasetError, match=message):
-        load_npz(path, require_labels=True)
+        load_npz(path, require_labels=True, cap=CAP)
 
 
 @pytest.mark.parametrize(
@@ -163,14 +168,14 @@ def test_it_refuses_inputs_it_cannot_use(tmp_path, arrays, message):
     path = save_npz(tmp_path / "d.npz", **arrays)
 
     with pytest.raises(DatasetError, match=message):
-        load_npz(path, require_labels=False)
+        load_npz(path, require_labels=False, cap=CAP)
 
 
 def test_it_refuses_arrays_over_the_size_limit_before_decompressing(tmp_path):
     np.savez_compressed(tmp_path / "d.npz", inputs=np.zeros((1000, 1000), dtype=np.float32))
 
     with pytest.raises(DatasetError, match="4,000,000 bytes once decompressed"):
-        load_npz(tmp_path / "d.npz", require_labels=False, max_array_bytes=MB)
+        load_npz(tmp_path / "d.npz", require_labels=False, cap=LOOSE, max_array_bytes=MB)
 
 
 @pytest.mark.parametrize(
@@ -185,14 +190,14 @@ def test_it_refuses_a_file_that_is_not_an_npz(tmp_path, content, message):
     (tmp_path / "d.npz").write_bytes(content)
 
     with pytest.raises(DatasetError, match=message):
-        load_npz(tmp_path / "d.npz", require_labels=False)
+        load_npz(tmp_path / "d.npz", require_labels=False, cap=CAP)
 
 
 def test_it_refuses_a_bare_npy_file(tmp_path):
     np.save(tmp_path / "d.npy", np.zeros(3))
 
     with pytest.raises(DatasetError, match="single .npy array"):
-        load_npz(tmp_path / "d.npy", require_labels=False)
+        load_npz(tmp_path / "d.npy", require_labels=False, cap=CAP)
 
 
 def test_it_refuses_samples_of_another_shape(model_inputs, contract):
@@ -374,7 +379,7 @@ def several_samples(count=6):
 def test_it_loads_one_array_per_input_of_a_model_with_several_inputs(tmp_path):
     path = save_npz(tmp_path / "d.npz", **several_samples(), labels=np.arange(6) % 2)
 
-    arrays = load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=True)
+    arrays = load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=True, cap=CAP)
 
     check_against_contract(arrays["inputs"], SEVERAL, several_contract())
     assert list(arrays["inputs"]) == ["image", "mask", "tokens", "scale"]
@@ -398,7 +403,7 @@ def test_it_names_the_input_a_dataset_has_no_array_for(tmp_path):
     path = save_npz(tmp_path / "d.npz", **samples)
 
     with pytest.raises(DatasetError) as refused:
-        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False)
+        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False, cap=CAP)
 
     assert str(refused.value) == (
         "The dataset has no array for input 'mask' (it holds: image, tokens, scale); "
@@ -410,9 +415,11 @@ def test_a_single_input_model_takes_inputs_or_an_array_named_after_its_input(tmp
     image = np.ones((3, 3, 4, 4), np.float32)
 
     by_layout = load_npz(
-        save_npz(tmp_path / "a.npz", inputs=image), ["image"], require_labels=False
+        save_npz(tmp_path / "a.npz", inputs=image), ["image"], require_labels=False, cap=CAP
     )
-    by_name = load_npz(save_npz(tmp_path / "b.npz", image=image), ["image"], require_labels=False)
+    by_name = load_npz(
+        save_npz(tmp_path / "b.npz", image=image), ["image"], require_labels=False, cap=CAP
+    )
 
     np.testing.assert_array_equal(by_layout["inputs"]["image"], image)
     np.testing.assert_array_equal(by_name["inputs"]["image"], image)
@@ -423,7 +430,7 @@ def test_every_input_needs_one_row_per_sample(tmp_path):
     path = save_npz(tmp_path / "d.npz", **samples)
 
     with pytest.raises(DatasetError, match="the rows differ: 'image' 6, 'mask' 6, 'tokens' 5"):
-        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False)
+        load_npz(path, [spec["name"] for spec in SEVERAL], require_labels=False, cap=CAP)
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ def validate_upload(path, work, max_total_bytes=corpus.BOMB_CAP):
     if kind == "onnx":
         return inspect_onnx(path)
     if kind == "pt2":
-        return inspect_pt2(path, work, max_total_bytes=max_total_bytes)
-    safe_extract_zip(path, work / "zip", max_total_bytes=max_total_bytes)
+        return inspect_pt2(path, work, max_total_bytes=max_total_bytes, cap=corpus.default_cap())
+    safe_extract_zip(path, work / "zip", max_total_bytes=max_total_bytes, cap=corpus.default_cap())
     return inspect_onnx(find_single_onnx(work / "zip"))
 
 
@@ -82,7 +82,9 @@ def test_it_refuses_every_corpus_case(folders, name, write, message):
 def test_it_leaves_nothing_behind_when_extraction_fails(folders, write):
     given, work = folders
     with pytest.raises(InvalidModel):
-        safe_extract_zip(write(given), work / "zip", max_total_bytes=corpus.BOMB_CAP)
+        safe_extract_zip(
+            write(given), work / "zip", max_total_bytes=corpus.BOMB_CAP, cap=corpus.default_cap()
+        )
     assert not (work / "zip").exists()
     assert list(work.iterdir()) == []
     assert not (given.parent / "evil").exists()
@@ -95,7 +97,9 @@ def test_it_refuses_too_many_members(folders):
         for number in range(11):
             archive.writestr(f"f{number}.txt", b"")
     with pytest.raises(InvalidModel, match="holds 11 members; the limit is 10"):
-        safe_extract_zip(path, work / "zip", max_total_bytes=100, max_members=10)
+        safe_extract_zip(
+            path, work / "zip", max_total_bytes=100, cap=corpus.default_cap(), max_members=10
+        )
     assert not (work / "zip").exists()
 
 
@@ -116,16 +120,22 @@ def test_it_refuses_a_zip_whose_headers_understate_its_size(folders):
     understate_sizes(path, 1024)
     assert zipfile.ZipFile(path).infolist()[0].file_size == 1024
     with pytest.raises(InvalidModel, match="'zeros.bin' could not be read"):
-        safe_extract_zip(path, work / "zip", max_total_bytes=corpus.BOMB_CAP)
+        safe_extract_zip(
+            path, work / "zip", max_total_bytes=corpus.BOMB_CAP, cap=corpus.default_cap()
+        )
     assert not (work / "zip").exists()
 
 
 def test_it_stops_at_the_cap_by_counting_bytes_not_trusting_headers(folders, monkeypatch):
     given, work = folders
     monkeypatch.setattr(archives, "_check_declared_size", lambda infos, cap: None)
+    monkeypatch.setattr(archives, "_check_declared_ratio", lambda infos, cap, size: None)
     with pytest.raises(InvalidModel, match="expands past the 10,485,760 byte limit"):
         safe_extract_zip(
-            corpus.write_zip_bomb(given), work / "zip", max_total_bytes=corpus.BOMB_CAP
+            corpus.write_zip_bomb(given),
+            work / "zip",
+            max_total_bytes=corpus.BOMB_CAP,
+            cap=archives.RatioCap(ratio=10**6, allowance=0),  # the size cap trips first
         )
     assert not (work / "zip").exists()
 
@@ -133,7 +143,10 @@ def test_it_stops_at_the_cap_by_counting_bytes_not_trusting_headers(folders, mon
 def test_it_extracts_a_good_zip_and_reads_its_external_data(folders):
     given, work = folders
     members = safe_extract_zip(
-        corpus.write_good_onnx_zip(given), work / "zip", max_total_bytes=corpus.BOMB_CAP
+        corpus.write_good_onnx_zip(given),
+        work / "zip",
+        max_total_bytes=corpus.BOMB_CAP,
+        cap=corpus.default_cap(),
     )
     model_path = find_single_onnx(work / "zip")
     info = inspect_onnx(model_path)
@@ -326,7 +339,7 @@ def test_it_sniffs_the_accepted_kinds():
 
 def test_it_reads_a_pt2_signature_without_loading_it(folders):
     given, work = folders
-    info = inspect_pt2(corpus.write_good_pt2(given), work)
+    info = inspect_pt2(corpus.write_good_pt2(given), work, cap=corpus.default_cap())
     assert info["format"] == "pt2"
     assert info["inputs"] == [{"name": "image", "dtype": "float", "shape": [1, 3, 16, 16]}]
     assert info["outputs"][0]["shape"] == [1, 4] and info["outputs"][0]["dtype"] == "float"
@@ -337,7 +350,7 @@ def test_it_reads_a_pt2_signature_without_loading_it(folders):
 def test_it_reads_a_symbolic_pt2_batch_dim(folders):
     given, work = folders
     path = corpus.write_good_pt2(given, dynamic_batch=True)
-    shape = inspect_pt2(path, work)["inputs"][0]["shape"]
+    shape = inspect_pt2(path, work, cap=corpus.default_cap())["inputs"][0]["shape"]
     sizes = corpus.program_json(path)["graph_module"]["graph"]["tensor_values"]["image"]["sizes"]
     assert isinstance(shape[0], str) and f"'{shape[0]}'" in sizes[0]["as_expr"]["expr_str"]
     assert shape[1:] == [3, 16, 16]
@@ -348,9 +361,9 @@ def test_it_validates_a_pt2_without_importing_torch(folders):
     path = corpus.write_good_pt2(given)
     script = (
         "import sys\n"
-        "from deployhub.registry.archives import inspect_pt2\n"
+        "from deployhub.registry.archives import RatioCap, inspect_pt2\n"
         "from deployhub.registry.inspect import inspect_onnx\n"
-        f"inspect_pt2({str(path)!r}, {str(work)!r})\n"
+        f"inspect_pt2({str(path)!r}, {str(work)!r}, cap=RatioCap(100, 102400))\n"
         f"inspect_onnx({str(corpus.DEMO_MODEL)!r})\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

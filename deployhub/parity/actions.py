@@ -10,7 +10,7 @@ from deployhub.jobs.models import JobKind
 from deployhub.parity.models import ParityRun, pack_upload_path
 from deployhub.parity.packs import check_pack
 from deployhub.registry.archives import check_filename
-from deployhub.registry.uploads import placed, received, workspace
+from deployhub.registry.uploads import placed, ratio_cap, received, workspace
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
 from workers.parity import PackError, pack_format
@@ -51,7 +51,7 @@ def submit_parity(version, uploaded_file, user, *, device_class=None, tolerance=
     if not filename.lower().endswith(".zip"):
         raise PackError(f"{filename!r} is not a .zip. {pack_format()}")
     with received(uploaded_file) as (path, sha256, size), workspace() as work:
-        facts = check_pack(path, version, work)
+        facts = check_pack(path, version, work, cap=ratio_cap())
         run = ParityRun(
             model_version=version,
             original_filename=filename,

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from deployhub.registry.archives import safe_extract_zip
-from deployhub.registry.datasets import DatasetError, _open_image, _open_npz, _read_member
+from deployhub.registry.datasets import DatasetError, open_image, open_npz, read_array
 from deployhub.registry.inspect import InvalidModel
 from workers.parity import PackError, check_pairs, index_pack, without_batch_axis
 
@@ -22,10 +22,13 @@ MAX_PIXELS = 4096 * 4096
 MAX_TENSOR_BYTES = 64 * 1024**2
 
 
-def check_pack(path, version, work):
-    """Validate a received pack for this version; return {"samples", "names"} or raise PackError."""
+def check_pack(path, version, work, *, cap):
+    """Validate a received pack for this version; return {"samples", "names"} or raise PackError.
+
+    The pack and its tensors.npz unpack under the compression-ratio cap (zip bombs).
+    """
     folder = work / "pack"
-    names = _extract(path, folder)
+    names = _extract(path, folder, cap)
     tensors, images = index_pack(names)
     if len(images) > MAX_IMAGES:
         raise PackError(
@@ -33,28 +36,29 @@ def check_pack(path, version, work):
             "a few images that cover your inputs are enough."
         )
     dims = sample_dims(version)
-    with _guarded(_open_npz, folder / tensors) as npz:
+    npz_path = folder / tensors
+    with _guarded(open_npz, npz_path, work, cap=cap, max_total_bytes=MAX_PACK_BYTES) as npz:
         check_pairs(images, npz.files)
         for stem in sorted(images):
-            _check_tensor(_guarded(_read_member, npz, stem, MAX_TENSOR_BYTES), stem, dims)
+            _check_tensor(_guarded(read_array, npz, stem, MAX_TENSOR_BYTES), stem, dims)
     for name in images.values():
-        _guarded(_open_image, folder / name, name, MAX_PIXELS).close()
+        _guarded(open_image, folder / name, name, MAX_PIXELS).close()
     return {"samples": len(images), "names": sorted(images)}
 
 
-def _extract(path, folder):
+def _extract(path, folder, cap):
     try:
         return safe_extract_zip(
-            path, folder, max_total_bytes=MAX_PACK_BYTES, max_members=MAX_MEMBERS
+            path, folder, max_total_bytes=MAX_PACK_BYTES, cap=cap, max_members=MAX_MEMBERS
         )
     except InvalidModel as exc:
         raise PackError(str(exc)) from exc
 
 
-def _guarded(read, *args):
+def _guarded(read, *args, **kwargs):
     """Call a dataset-loader helper, turning its refusal into a PackError."""
     try:
-        return read(*args)
+        return read(*args, **kwargs)
     except DatasetError as exc:
         raise PackError(str(exc).replace("The .npz", "tensors.npz")) from exc
 

@@ -1,14 +1,20 @@
 """Check upload names, kinds and archives before anything reads them as a model.
 
 Nothing here unpickles, imports torch or runs a model. A zip is checked member
-by member before a byte is written; a `.pt2` (torch.export.save) is read as a
-zip of JSON and raw tensor bytes, and refused when loading it on a worker would
-unpickle anything beyond plain tensors or evaluate anything beyond plain shape
-arithmetic (torch parses shape expressions with sympy, which evaluates them).
+by member before a byte is written, and its bytes are counted as they are
+decompressed (Unpacking): past the size cap or the compression-ratio cap
+(RatioCap, per member and for the whole archive) it stops at once, so a zip
+bomb never unpacks. Every archive the hub reads goes through it: models,
+datasets, golden sets, parity packs and the .npz files inside them. A `.pt2`
+(torch.export.save) is read as a zip of JSON and raw tensor bytes, and refused
+when loading it on a worker would unpickle anything beyond plain tensors or
+evaluate anything beyond plain shape arithmetic (torch parses shape
+expressions with sympy, which evaluates them).
 """
 
 import ast
 import json
+import os
 import pickletools
 import re
 import shutil
@@ -16,6 +22,7 @@ import stat
 import tempfile
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from deployhub.registry.inspect import InvalidModel
@@ -133,8 +140,39 @@ def _member_problem(info):
     return None
 
 
-def check_members(infos, *, max_total_bytes, max_members=2000):
-    """Refuse a zip whose members are unsafe, duplicated, too many or too big; return them."""
+@dataclass(frozen=True)
+class RatioCap:
+    """How far an archive may unpack: `ratio` times its compressed bytes, past `allowance`.
+
+    Held to each member (against its compressed size) and to the whole archive
+    (against the archive file's size), on the sizes it declares before a byte is
+    decompressed and on the bytes really unpacked while extracting. The allowance
+    lets small files that compress well (a JSON config, labels.csv) through.
+    """
+
+    ratio: int
+    allowance: int
+
+    def limit(self, packed):
+        """Return how many bytes `packed` compressed bytes may unpack to."""
+        return max(self.allowance, self.ratio * packed)
+
+    def refusal(self, what, unpacked, packed, *, past=False):
+        """Say that `what` unpacks `unpacked` bytes from `packed`: over the ratio cap."""
+        amount = f"past {unpacked:,}" if past else f"{unpacked:,}"
+        shown = "" if past else f" of {unpacked // max(packed, 1):,}:1"
+        return UnsafeArchive(
+            f"{what} unpacks {amount} bytes from {packed:,}: a compression ratio{shown} over the "
+            f"limit of {self.ratio}:1. Refused as a possible zip bomb."
+        )
+
+
+def check_members(infos, *, max_total_bytes, cap, archive_size, max_members=2000):
+    """Refuse a zip whose members are unsafe, duplicated, too many or too big; return them.
+
+    archive_size is the archive file's size on disk: the whole archive's ratio is held
+    to it, not to the compressed sizes its members declare.
+    """
     if len(infos) > max_members:
         raise UnsafeArchive(
             f"The archive holds {len(infos):,} members; the limit is {max_members:,}."
@@ -148,6 +186,7 @@ def check_members(infos, *, max_total_bytes, max_members=2000):
             raise UnsafeArchive(f"The archive holds {info.filename!r} twice; refused.")
         seen.add(key)
     _check_declared_size(infos, max_total_bytes)
+    _check_declared_ratio(infos, cap, archive_size)
     return infos
 
 
@@ -159,63 +198,107 @@ def _check_declared_size(infos, max_total_bytes):
         )
 
 
-def _open_zip(path):
+def _check_declared_ratio(infos, cap, archive_size):
+    """Refuse, before decompressing anything, sizes that declare a bomb."""
+    for info in infos:
+        if info.file_size > cap.limit(info.compress_size):
+            raise cap.refusal(
+                f"The archive member {info.filename!r}", info.file_size, info.compress_size
+            )
+    declared = sum(info.file_size for info in infos)
+    if declared > cap.limit(archive_size):
+        raise cap.refusal("The archive", declared, archive_size)
+
+
+def open_zip(path):
+    """Open a zip archive for reading; raise InvalidModel if it is not one."""
     try:
         return zipfile.ZipFile(path)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError) as exc:
         raise InvalidModel(f"This is not a readable zip archive ({exc}).") from exc
 
 
-def _copy_member(archive, info, target, written, max_total_bytes):
-    """Write one member to target, counting real bytes against the cap; return the new total."""
-    try:
-        with archive.open(info) as source, open(target, "xb") as out:
-            while chunk := source.read(CHUNK):
-                written += len(chunk)
-                if written > max_total_bytes:
-                    raise UnsafeArchive(
-                        f"The archive expands past the {max_total_bytes:,} byte limit at member "
-                        f"{info.filename!r}; refused."
-                    )
-                out.write(chunk)
-    except OSError as exc:
-        raise InvalidModel(
-            f"The archive member {info.filename!r} could not be extracted ({exc.strerror})."
-        ) from exc
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
-        raise InvalidModel(
-            f"The archive member {info.filename!r} could not be read ({exc})."
-        ) from exc
-    return written
+class Unpacking:
+    """Read a checked zip's members, counting every decompressed byte against the caps.
+
+    It stops the moment a member passes its ratio, or the archive passes its own ratio
+    or the size cap: what the headers declare is checked first, what really comes out
+    is what counts.
+    """
+
+    def __init__(self, archive, archive_size, *, max_total_bytes, cap):
+        self.archive, self.archive_size = archive, archive_size
+        self.max_total_bytes, self.cap = max_total_bytes, cap
+        self.total = 0
+
+    def chunks(self, info):
+        """Yield a member's bytes as they are decompressed; refuse past a cap."""
+        limit = self.cap.limit(info.compress_size)
+        unpacked = 0
+        try:
+            with self.archive.open(info) as source:
+                while chunk := source.read(CHUNK):
+                    unpacked += len(chunk)
+                    self.total += len(chunk)
+                    if unpacked > limit:
+                        what = f"The archive member {info.filename!r}"
+                        raise self.cap.refusal(what, limit, info.compress_size, past=True)
+                    self._check_total(info)
+                    yield chunk
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+            raise InvalidModel(
+                f"The archive member {info.filename!r} could not be read ({exc})."
+            ) from exc
+
+    def _check_total(self, info):
+        if self.total > self.max_total_bytes:
+            raise UnsafeArchive(
+                f"The archive expands past the {self.max_total_bytes:,} byte limit at member "
+                f"{info.filename!r}; refused."
+            )
+        if self.total > self.cap.limit(self.archive_size):
+            limit = self.cap.limit(self.archive_size)
+            what = f"The archive (at member {info.filename!r})"
+            raise self.cap.refusal(what, limit, self.archive_size, past=True)
+
+    def read(self, info):
+        """Return a member's bytes (a small one: the caps bound it)."""
+        return b"".join(self.chunks(info))
+
+    def extract(self, info, dest):
+        """Write a member under dest (a folder for a directory entry)."""
+        target = dest.joinpath(*PurePosixPath(info.filename).parts)
+        if not target.resolve().is_relative_to(dest.resolve()):
+            raise UnsafeArchive(f"The archive member {info.filename!r} leaves the folder; refused.")
+        try:
+            (target if info.is_dir() else target.parent).mkdir(parents=True, exist_ok=True)
+            if not info.is_dir():
+                with open(target, "xb") as out:
+                    for chunk in self.chunks(info):
+                        out.write(chunk)
+        except OSError as exc:
+            raise InvalidModel(
+                f"The archive member {info.filename!r} could not be extracted ({exc.strerror})."
+            ) from exc
 
 
-def _extract_member(archive, info, dest, written, max_total_bytes):
-    target = dest.joinpath(*PurePosixPath(info.filename).parts)
-    if not target.resolve().is_relative_to(dest.resolve()):
-        raise UnsafeArchive(f"The archive member {info.filename!r} leaves the folder; refused.")
-    try:
-        (target if info.is_dir() else target.parent).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidModel(
-            f"The archive member {info.filename!r} could not be extracted ({exc.strerror})."
-        ) from exc
-    if info.is_dir():
-        return written
-    return _copy_member(archive, info, target, written, max_total_bytes)
-
-
-def safe_extract_zip(zip_path, dest, *, max_total_bytes, max_members=2000):
+def safe_extract_zip(zip_path, dest, *, max_total_bytes, cap, max_members=2000):
     """Create dest and extract a checked zip into it; on any failure leave nothing behind."""
     dest = Path(dest)
     dest.mkdir()
     try:
-        with _open_zip(zip_path) as archive:
+        with open_zip(zip_path) as archive:
+            size = os.path.getsize(zip_path)
             infos = check_members(
-                archive.infolist(), max_total_bytes=max_total_bytes, max_members=max_members
+                archive.infolist(),
+                max_total_bytes=max_total_bytes,
+                cap=cap,
+                archive_size=size,
+                max_members=max_members,
             )
-            written = 0
+            unpacking = Unpacking(archive, size, max_total_bytes=max_total_bytes, cap=cap)
             for info in infos:
-                written = _extract_member(archive, info, dest, written, max_total_bytes)
+                unpacking.extract(info, dest)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -400,20 +483,21 @@ def _check_pickle(data, member):
             raise _unsafe_pt2(f"holds sample inputs that import {name!r}")
 
 
-def _check_sample_inputs(path, max_total_bytes):
+def _check_sample_inputs(path, max_total_bytes, cap):
     """Check the torch.save zip of sample inputs holds tensors only, without loading it."""
     member = f"data/sample_inputs/{path.name}"
     if _head(path) != ZIP_MAGIC:
         raise _unsafe_pt2(f"holds sample inputs ({member}) in the legacy pickle format")
-    with _open_zip(path) as archive:
-        infos = check_members(archive.infolist(), max_total_bytes=max_total_bytes)
+    size = path.stat().st_size
+    with open_zip(path) as archive:
+        infos = check_members(
+            archive.infolist(), max_total_bytes=max_total_bytes, cap=cap, archive_size=size
+        )
         pickles = [i for i in infos if PurePosixPath(i.filename).name.endswith(".pkl")]
         if len(pickles) != 1 or PurePosixPath(pickles[0].filename).name != "data.pkl":
             raise _unsafe_pt2(f"holds unexpected pickles in its sample inputs ({member})")
-        try:
-            data = archive.read(pickles[0])
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
-            raise InvalidModel(f"This .pt2's {member} could not be read ({exc}).") from exc
+        unpacking = Unpacking(archive, size, max_total_bytes=max_total_bytes, cap=cap)
+        data = unpacking.read(pickles[0])
     _check_pickle(data, member)
 
 
@@ -526,7 +610,7 @@ def _signature(program):
     return [[item for item in items if item] for items in found]
 
 
-def _read_pt2(folder, max_total_bytes):
+def _read_pt2(folder, max_total_bytes, cap):
     """Check an extracted torch.export archive and describe its program."""
     names = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
     root = _archive_root(names)
@@ -540,7 +624,7 @@ def _read_pt2(folder, max_total_bytes):
         if re.fullmatch(r"data/(weights|constants)/[^/]+_config\.json", name):
             _check_payload_config(base / name)
         elif name.startswith("data/sample_inputs/"):
-            _check_sample_inputs(base / name, max_total_bytes)
+            _check_sample_inputs(base / name, max_total_bytes, cap)
     program = _read_json(base / program_member, program_member)
     _check_program(program)
     inputs, outputs = _signature(program)
@@ -553,13 +637,17 @@ def _read_pt2(folder, max_total_bytes):
     }
 
 
-def inspect_pt2(path, workdir, *, max_total_bytes=MAX_PT2_BYTES):
+def inspect_pt2(path, workdir, *, cap, max_total_bytes=MAX_PT2_BYTES):
     """Validate a torch.export archive without torch or unpickling, and describe it."""
     folder = Path(tempfile.mkdtemp(dir=workdir, prefix="pt2-"))
     try:
         safe_extract_zip(
-            path, folder / "archive", max_total_bytes=max_total_bytes, max_members=MAX_PT2_MEMBERS
+            path,
+            folder / "archive",
+            max_total_bytes=max_total_bytes,
+            cap=cap,
+            max_members=MAX_PT2_MEMBERS,
         )
-        return _read_pt2(folder / "archive", max_total_bytes)
+        return _read_pt2(folder / "archive", max_total_bytes, cap)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -17,14 +17,19 @@ import shutil
 import tempfile
 import zipfile
 import zlib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image
 
-from deployhub.registry.archives import safe_extract_zip
+from deployhub.registry.archives import (
+    Unpacking,
+    UnsafeArchive,
+    check_members,
+    open_zip,
+    safe_extract_zip,
+)
 from deployhub.registry.inspect import InvalidModel
-from workers.golden import npy_header
 from workers.preprocessing import compile_preprocess
 
 MAX_PIXELS = 50_000_000
@@ -37,6 +42,7 @@ INT_TYPES = {
     name: getattr(np, name)
     for name in ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64")
 }
+NPY_MAGIC = b"\x93NUMPY"
 # What np.load and zipfile raise on a file that is not a well-formed .npz.
 NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
@@ -45,12 +51,22 @@ class DatasetError(ValueError):
     """The uploaded dataset cannot be used; the message says why."""
 
 
-def load_npz(path, input_names=("inputs",), *, require_labels, max_array_bytes=MAX_ARRAY_BYTES):
+def load_npz(
+    path,
+    input_names=("inputs",),
+    *,
+    require_labels,
+    cap,
+    workdir=None,
+    max_array_bytes=MAX_ARRAY_BYTES,
+):
     """Load the samples of each model input (and `labels`) from an .npz; raise DatasetError."""
-    with _open_npz(path) as npz:
+    # All arrays together: at most one full-size array per input, and the labels.
+    limit = MAX_ARRAY_BYTES * (len(input_names) + 1)
+    with open_npz(path, workdir, cap=cap, max_total_bytes=limit) as npz:
         keys = _input_keys(npz.files, list(input_names))
-        inputs = {name: _read_member(npz, key, max_array_bytes) for name, key in keys.items()}
-        labels = _read_member(npz, "labels", max_array_bytes) if "labels" in npz.files else None
+        inputs = {name: read_array(npz, key, max_array_bytes) for name, key in keys.items()}
+        labels = read_array(npz, "labels", max_array_bytes) if "labels" in npz.files else None
     return _checked(inputs, labels, require_labels)
 
 
@@ -75,22 +91,86 @@ def _input_keys(files, names):
     return {name: name for name in names}
 
 
-def _open_npz(path):
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except NPZ_ERRORS as exc:
-        raise DatasetError(f"This is not a valid .npz file: {exc}") from exc
-    if not isinstance(npz, np.lib.npyio.NpzFile):
+class NpzArchive:
+    """An .npz read under the archive caps, never through np.load's own unzipping.
+
+    Each array's header is read first (its dtype and size, without decompressing the
+    data); an array that passes is unpacked to disk by archives.Unpacking, counted
+    against the size and compression-ratio caps, and loaded from there without pickles.
+    """
+
+    def __init__(self, archive, infos, unpacking, folder):
+        self.archive, self.unpacking, self.folder = archive, unpacking, folder
+        self.members = {_array_key(i.filename): i for i in infos if not i.is_dir()}
+        self.files = list(self.members)
+
+    def header(self, key):
+        """Return (shape, dtype) from an array's header, reading no data."""
+        with self.archive.open(self.members[key]) as fp:
+            version = np.lib.format.read_magic(fp)
+            read = np.lib.format.read_array_header_1_0
+            if version != (1, 0):
+                read = np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fp)
+        return shape, dtype
+
+    def __getitem__(self, key):
+        info = self.members[key]
+        self.unpacking.extract(info, self.folder)
+        path = self.folder.joinpath(*PurePosixPath(info.filename).parts)
+        try:
+            return np.load(path, allow_pickle=False)
+        finally:
+            path.unlink()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.archive.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _array_key(name):
+    return name.removesuffix(".npy")
+
+
+def open_npz(path, workdir=None, *, cap, max_total_bytes):
+    """Open an .npz for reading under the caps (see NpzArchive); raise DatasetError."""
+    path = Path(path)
+    if _head(path).startswith(NPY_MAGIC):
         raise DatasetError(
             "This is a single .npy array, not an .npz archive; "
             "save one with np.savez(path, inputs=..., labels=...)."
         )
-    return npz
+    try:
+        archive = open_zip(path)
+    except InvalidModel as exc:
+        raise DatasetError(f"This is not a valid .npz file: {exc}") from exc
+    size = path.stat().st_size
+    try:
+        infos = check_members(
+            archive.infolist(), max_total_bytes=max_total_bytes, cap=cap, archive_size=size
+        )
+    except InvalidModel as exc:
+        archive.close()
+        raise DatasetError(str(exc)) from exc
+    unpacking = Unpacking(archive, size, max_total_bytes=max_total_bytes, cap=cap)
+    folder = Path(tempfile.mkdtemp(prefix="npz-", dir=workdir))
+    return NpzArchive(archive, infos, unpacking, folder)
 
 
-def _read_member(npz, key, max_array_bytes):
-    # Read the header first: it tells the dtype and the size without decompressing.
-    shape, dtype = _guarded(key, npy_header, npz, key)
+def _head(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(NPY_MAGIC))
+    except OSError as exc:
+        raise DatasetError(f"This is not a valid .npz file: {exc}") from exc
+
+
+def read_array(npz, key, max_array_bytes):
+    """Read one array of an open NpzArchive: its header first, then its data."""
+    shape, dtype = _guarded(key, npz.header, key)
     if dtype.hasobject:
         raise DatasetError(
             f"The '{key}' array holds Python objects (dtype=object); save plain numeric arrays."
@@ -107,6 +187,8 @@ def _read_member(npz, key, max_array_bytes):
 def _guarded(key, read, *args):
     try:
         return read(*args)
+    except UnsafeArchive as exc:
+        raise DatasetError(str(exc)) from exc
     except NPZ_ERRORS as exc:
         raise DatasetError(f"The '{key}' array could not be read: {exc}") from exc
 
@@ -167,6 +249,7 @@ def load_image_zip(
     require_labels,
     workdir,
     max_bytes,
+    cap,
     input_name="inputs",
     max_pixels=MAX_PIXELS,
     max_array_bytes=MAX_ARRAY_BYTES,
@@ -176,7 +259,7 @@ def load_image_zip(
     preprocess = compile_preprocess(spec)
     scratch = Path(tempfile.mkdtemp(prefix="dataset-", dir=workdir))
     try:
-        root = _extract(path, scratch / "files", max_bytes, max_members)
+        root = _extract(path, scratch / "files", max_bytes, max_members, cap)
         rows = _read_rows(root, require_labels)
         inputs = _tensors(root, rows, preprocess, max_pixels, max_array_bytes)
         return _checked({input_name: inputs}, _row_labels(rows), require_labels)
@@ -184,9 +267,9 @@ def load_image_zip(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _extract(path, dest, max_bytes, max_members):
+def _extract(path, dest, max_bytes, max_members, cap):
     try:
-        safe_extract_zip(path, dest, max_total_bytes=max_bytes, max_members=max_members)
+        safe_extract_zip(path, dest, max_total_bytes=max_bytes, cap=cap, max_members=max_members)
     except InvalidModel as exc:
         raise DatasetError(str(exc)) from exc
     return _content_root(dest)
@@ -286,7 +369,7 @@ def _tensors(root, rows, preprocess, max_pixels, max_array_bytes):
 
 
 def _tensor(root, name, preprocess, max_pixels):
-    with _open_image(_member_path(root, name), name, max_pixels) as image:
+    with open_image(_member_path(root, name), name, max_pixels) as image:
         try:
             return preprocess(image)
         except ValueError as exc:
@@ -302,7 +385,8 @@ def _member_path(root, name):
     return path
 
 
-def _open_image(path, name, max_pixels):
+def open_image(path, name, max_pixels):
+    """Open and decode an image, its pixel count checked on the header first."""
     try:
         image = Image.open(path)
         _check_pixels(image, name, max_pixels)

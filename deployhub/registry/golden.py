@@ -15,16 +15,17 @@ by far more. FP16 and INT8 engines need a golden set with looser tolerances.
 """
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 from django.db import transaction
 
-from deployhub.registry.archives import ZIP_MAGIC, _open_zip, check_filename, check_members
+from deployhub.registry.archives import ZIP_MAGIC, check_filename, safe_extract_zip
 from deployhub.registry.contract import BATCH
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import GoldenFormat, GoldenSet, golden_upload_path
-from deployhub.registry.uploads import head, placed, received
+from deployhub.registry.uploads import head, placed, ratio_cap, received, workspace
 from deployhub.teams.models import Event
 from workers import golden as worker_golden
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL, GoldenFileError, read_golden
@@ -57,7 +58,7 @@ def create_golden_set(version, uploaded_file, user, *, name, atol=None, rtol=Non
     filename = check_filename(Path(uploaded_file.name or "").name or "")
     golden_format = _format_of(filename)
     name, atol, rtol = _checked_fields(version, name, atol, rtol)
-    with received(uploaded_file) as (path, sha256, size):
+    with received(uploaded_file) as (path, sha256, size), workspace() as work:
         if not head(path, 4).startswith(ZIP_MAGIC):
             raise GoldenError(
                 f"This file is not a zip archive (.npz files are zips too): {ACCEPTED}."
@@ -66,7 +67,7 @@ def create_golden_set(version, uploaded_file, user, *, name, atol=None, rtol=Non
             raise GoldenError(
                 f"This file is already the golden set {existing.name!r} of {version}."
             )
-        pairs = load_golden(path, golden_format, version)
+        pairs = load_golden(path, golden_format, version, work)
         golden = GoldenSet(
             model_version=version,
             name=name,
@@ -133,14 +134,14 @@ def _save(golden, path):
     return golden
 
 
-def load_golden(path, golden_format, version):
+def load_golden(path, golden_format, version, work):
     """Read a golden file with the worker's code and hold every pair to the version."""
     if not version.inputs or not version.outputs:
         raise GoldenError(f"{version} declares no inputs or outputs to check pairs against.")
     input_names = [spec["name"] for spec in version.inputs]
     output_names = [spec["name"] for spec in version.outputs]
     try:
-        _check_members(path)
+        _unpack(path, work / "golden")
         pairs = read_golden(path, input_names, output_names, golden_format)
     except (GoldenFileError, InvalidModel) as exc:
         raise GoldenError(str(exc)) from exc
@@ -157,14 +158,20 @@ def load_golden(path, golden_format, version):
     return pairs
 
 
-def _check_members(path):
-    """Refuse unsafe member names, links, encryption, too many members or too many bytes."""
-    with _open_zip(path) as archive:
-        check_members(
-            archive.infolist(),
-            max_total_bytes=worker_golden.MAX_BYTES,
-            max_members=worker_golden.MAX_MEMBERS,
-        )
+def _unpack(path, folder):
+    """Unpack the file under the caps before the worker's code reads it, then drop the copy.
+
+    Unsafe member names, links, encryption, too many members or bytes, and a compression
+    ratio over the cap (a zip bomb) are refused, the ratio as the bytes come out.
+    """
+    safe_extract_zip(
+        path,
+        folder,
+        max_total_bytes=worker_golden.MAX_BYTES,
+        cap=ratio_cap(),
+        max_members=worker_golden.MAX_MEMBERS,
+    )
+    shutil.rmtree(folder)
 
 
 def _where(golden_format, index):

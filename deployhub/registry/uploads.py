@@ -6,6 +6,7 @@ file is moved to its content-addressed name, in the transaction that creates
 the version. Whatever fails, the temporary files go.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
 from django.db import IntegrityError, transaction
 
-from deployhub.registry.archives import check_filename, sniff
+from deployhub.registry.archives import RatioCap, check_filename, sniff
 from deployhub.registry.contract import (
     ContractError,
     contract_warnings,
@@ -233,6 +234,11 @@ def head(path, size=512):
         return handle.read(size)
 
 
+def ratio_cap():
+    """Return the compression-ratio cap every uploaded archive unpacks under (settings)."""
+    return RatioCap(settings.DEPLOYHUB_MAX_UNPACK_RATIO, settings.DEPLOYHUB_UNPACK_ALLOWANCE_BYTES)
+
+
 def inspect_upload(path, kind):
     """Validate a received file of a sniffed kind, in a child process, and describe it."""
     with workspace() as work:
@@ -240,7 +246,10 @@ def inspect_upload(path, kind):
             kind,
             path,
             work,
-            max_total_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+            params={
+                "max_total_bytes": settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+                "cap": dataclasses.asdict(ratio_cap()),
+            },
             memory_mb=settings.DEPLOYHUB_VALIDATION_MEMORY_MB,
             timeout=settings.DEPLOYHUB_VALIDATION_TIMEOUT,
         )
@@ -380,7 +389,14 @@ def derive_version(source, user, *, notes="", preprocessing=None, contract=None)
 def _load_dataset(path, kind, filename, version, work):
     names = [spec["name"] for spec in version.inputs]
     if filename.lower().endswith(".npz"):
-        return "npz", load_npz(path, names, require_labels=kind == DatasetKind.VALIDATION)
+        arrays = load_npz(
+            path,
+            names,
+            require_labels=kind == DatasetKind.VALIDATION,
+            cap=ratio_cap(),
+            workdir=work,
+        )
+        return "npz", arrays
     if filename.lower().endswith(".zip"):
         if len(names) != 1:
             per_input = ", ".join(f"{name}=..." for name in names)
@@ -395,6 +411,7 @@ def _load_dataset(path, kind, filename, version, work):
             version.preprocessing,
             workdir=work,
             max_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+            cap=ratio_cap(),
             require_labels=kind == DatasetKind.VALIDATION,
             input_name=names[0],
         )

@@ -2,8 +2,10 @@
 
 Parsing a large or hostile protobuf can take as much memory as the file is
 big, or crash the parser: a child process with a memory cap keeps the web
-process small and alive. Run as `python -m deployhub.registry.validate KIND PATH WORKDIR`;
-it prints one JSON object: {"info": {...}} or {"error": "..."}.
+process small and alive. Run as `python -m deployhub.registry.validate KIND PATH
+WORKDIR MEMORY_MB` with the kind's parameters as a JSON object on stdin
+(max_total_bytes, and cap: the RatioCap's ratio and allowance); it prints one JSON
+object: {"info": {...}} or {"error": "..."}.
 """
 
 import json
@@ -18,7 +20,7 @@ from deployhub.registry.inspect import InvalidModel
 KINDS = ("onnx", "onnx-zip", "pt2")
 
 
-def inspect_kind(kind, path, workdir, *, max_total_bytes):
+def inspect_kind(kind, path, workdir, *, max_total_bytes, cap):
     """Validate a file of a known kind and describe it; raise InvalidModel with a reason."""
     from deployhub.registry.archives import find_single_onnx, inspect_pt2, safe_extract_zip
     from deployhub.registry.inspect import inspect_onnx
@@ -29,13 +31,16 @@ def inspect_kind(kind, path, workdir, *, max_total_bytes):
         os.link(path, private)
         return inspect_onnx(private)
     if kind == "onnx-zip":
-        safe_extract_zip(path, workdir / "zip", max_total_bytes=max_total_bytes)
+        safe_extract_zip(path, workdir / "zip", max_total_bytes=max_total_bytes, cap=cap)
         return {**inspect_onnx(find_single_onnx(workdir / "zip")), "format": kind}
-    return inspect_pt2(path, workdir, max_total_bytes=max_total_bytes)
+    return inspect_pt2(path, workdir, max_total_bytes=max_total_bytes, cap=cap)
 
 
-def validate_in_child(kind, path, workdir, *, max_total_bytes, memory_mb, timeout):
-    """Run inspect_kind in a child process capped at memory_mb; return its info dict."""
+def validate_in_child(kind, path, workdir, *, params, memory_mb, timeout):
+    """Run inspect_kind in a child process capped at memory_mb; return its info dict.
+
+    params is JSON: max_total_bytes, and cap: {"ratio": ..., "allowance": ...}.
+    """
     command = [
         sys.executable,
         "-m",
@@ -43,11 +48,12 @@ def validate_in_child(kind, path, workdir, *, max_total_bytes, memory_mb, timeou
         kind,
         str(path),
         str(workdir),
-        str(max_total_bytes),
         str(memory_mb),
     ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            command, input=json.dumps(params), capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         raise InvalidModel(f"Validating the model took longer than {timeout} s.") from exc
     try:
@@ -65,11 +71,20 @@ def validate_in_child(kind, path, workdir, *, max_total_bytes, memory_mb, timeou
 
 
 def main(argv):
-    kind, path, workdir, max_total_bytes, memory_mb = argv
+    from deployhub.registry.archives import RatioCap
+
+    kind, path, workdir, memory_mb = argv
+    params = json.loads(sys.stdin.read())
     limit = int(memory_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        info = inspect_kind(kind, Path(path), Path(workdir), max_total_bytes=int(max_total_bytes))
+        info = inspect_kind(
+            kind,
+            Path(path),
+            Path(workdir),
+            max_total_bytes=params["max_total_bytes"],
+            cap=RatioCap(**params["cap"]),
+        )
         print(json.dumps({"info": info}))
     except InvalidModel as exc:
         print(json.dumps({"error": str(exc)}))
