@@ -238,6 +238,22 @@ def group_alive(pgid):
     return True
 
 
+def keep_private(var_dir, storage_root, files):
+    """Keep the embedded hub's data to its own user: what its processes create from now on
+    (umask 077, inherited by every child), and what an earlier start left readable.
+
+    The database, the broker's messages, uploaded models and the logs are nobody
+    else's business on a shared machine: folders become 0700, files 0600.
+    """
+    os.umask(0o077)
+    for folder in (var_dir, storage_root):
+        if folder.is_dir():
+            folder.chmod(0o700)
+    for path in files:
+        if path.is_file():
+            path.chmod(0o600)
+
+
 def die_with_parent():
     """Ask Linux to stop this child when run_embedded dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):

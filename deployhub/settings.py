@@ -38,7 +38,14 @@ def env_list(name, default):
 
 PRODUCTION = env_str("DEPLOYHUB_ENV", "embedded") == "production"
 VAR_DIR = Path(env_str("DEPLOYHUB_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# The database, the broker's messages, the key and the uploads: for this user only (0700).
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _private_file(path):
+    """Create an empty file only its owner may read (0600), unless it exists already."""
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def _secret_key():
@@ -49,8 +56,8 @@ def _secret_key():
         raise ImproperlyConfigured("SECRET_KEY must be set when DEPLOYHUB_ENV=production.")
     path = VAR_DIR / "secret_key"
     if not path.exists():
+        _private_file(path)
         path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
     return path.read_text().strip()
 
 
@@ -125,6 +132,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
+    if (database_file := Path(DATABASES["default"]["NAME"])).is_absolute():
+        # Made here for its user only: SQLite gives its -wal and -shm files the same mode.
+        _private_file(database_file)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -188,7 +198,11 @@ if S3_BUCKET := env_str("DEPLOYHUB_S3_BUCKET"):
 # Uploads stream to disk inside the storage root, never into the web process's memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 FILE_UPLOAD_TEMP_DIR = STORAGE_ROOT / "tmp"
-FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
+STORAGE_ROOT.mkdir(mode=0o700, parents=True, exist_ok=True)
+FILE_UPLOAD_TEMP_DIR.mkdir(mode=0o700, exist_ok=True)
+# Stored files and their folders are the hub's user's only.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DEPLOYHUB_MAX_UPLOAD_BYTES = env_int("DEPLOYHUB_MAX_UPLOAD_BYTES", 2 * 1024**3)
 FILE_UPLOAD_HANDLERS = ["deployhub.registry.uploads.HashingUploadHandler"]
@@ -236,6 +250,8 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # A refused request (4xx) is one line: Django would add the traceback of its PermissionDenied.
+    "formatters": {"hub": {"()": "deployhub.request_log.OneLineClientErrors"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "hub"}},
     "root": {"handlers": ["console"], "level": env_str("DEPLOYHUB_LOG_LEVEL", "WARNING")},
 }

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from workers import fingerprint, selftest, signing
+from workers import fingerprint, scratch, selftest, signing
 from workers.app import CONTEXT, app, configure
 from workers.backends.known import BACKENDS, UnknownBackend
 from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
@@ -26,6 +26,14 @@ DEFAULT_BROKER = "filesystem://var/broker"
 HUB_WAIT_SECONDS = 60
 HUB_WAIT_PAUSE_SECONDS = 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TOKEN_REQUIRED = (
+    "--hub and --token are required (or DEPLOYHUB_HUB_URL, and DEPLOYHUB_DEVICE_TOKEN or "
+    "--token-file)"
+)
+TOKEN_IN_ARGV = (
+    "--token puts the device token where every user of this machine reads it (ps): "
+    "set DEPLOYHUB_DEVICE_TOKEN or use --token-file instead"
+)
 
 
 def main(argv=None):
@@ -37,10 +45,16 @@ def main(argv=None):
 
 def run(args):
     """Serve this device's queue until stopped (SIGTERM or Ctrl-C)."""
-    if not args.hub or not args.token:
-        _say("--hub and --token are required (or DEPLOYHUB_HUB_URL and DEPLOYHUB_DEVICE_TOKEN)")
+    try:
+        token = _token(args)
+    except OSError as error:
+        _say(f"cannot read the token file: {error}")
         return 2
-    client = HubClient(args.hub, args.token)
+    if not args.hub or not token:
+        _say(TOKEN_REQUIRED)
+        return 2
+    _remove_dead_scratch(args.workdir)
+    client = HubClient(args.hub, token)
     try:
         device = _wait_for_hub(client)
         CONTEXT.fingerprint = _fingerprint(args.fingerprint_override)
@@ -64,6 +78,42 @@ def run(args):
     finally:
         stop.set()
     return 0
+
+
+def _token(args):
+    """Return the device token: --token, else --token-file, else DEPLOYHUB_DEVICE_TOKEN.
+
+    A token given as --token is in the command line, which every user of the machine
+    reads with `ps`: it still works, with a warning.
+    """
+    if args.token:
+        _say(TOKEN_IN_ARGV)
+        return args.token
+    if args.token_file:
+        return _read_token_file(Path(args.token_file))
+    return os.environ.get("DEPLOYHUB_DEVICE_TOKEN")
+
+
+def _read_token_file(path):
+    """Return the token a file holds (surrounding whitespace dropped); warn when others may read
+    it."""
+    if path.stat().st_mode & 0o077:
+        _say(f"{path} is readable by other users: chmod 600 {path}")
+    return path.read_text().strip()
+
+
+def _remove_dead_scratch(root):
+    """Remove the job folders that workers killed mid-job left on this host, and say so."""
+    removed = scratch.remove_dead(root)
+    if removed:
+        megabytes = sum(size for _, size in removed) / 1e6
+        names = ", ".join(path.name for path, _ in removed[:5])
+        logger.info(
+            "removed %d job folder(s) of stopped workers (%.1f MB): %s",
+            len(removed),
+            megabytes,
+            names + (", ..." if len(removed) > 5 else ""),
+        )
 
 
 def show_fingerprint(args):
@@ -99,10 +149,15 @@ def fetch_production(args):
     release, the device cannot run one (409), or a file fails a check; 2 for a
     missing or refused token.
     """
-    if not args.hub or not args.token:
-        _say("--hub and --token are required (or DEPLOYHUB_HUB_URL and DEPLOYHUB_DEVICE_TOKEN)")
+    try:
+        token = _token(args)
+    except OSError as error:
+        _say(f"cannot read the token file: {error}")
         return 2
-    client = HubClient(args.hub, args.token)
+    if not args.hub or not token:
+        _say(TOKEN_REQUIRED)
+        return 2
+    client = HubClient(args.hub, token)
     try:
         device = client.whoami()
         if not device.get("has_fingerprint"):  # a device that never ran a worker: say what it is
@@ -191,7 +246,7 @@ def _parser():
     run_parser = commands.add_parser("run", help="consume this device class's jobs")
     env = os.environ.get
     run_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
-    run_parser.add_argument("--token", default=env("DEPLOYHUB_DEVICE_TOKEN"), help="device token")
+    _token_arguments(run_parser)
     run_parser.add_argument(
         "--broker", default=env("CELERY_BROKER_URL", DEFAULT_BROKER), help="Celery broker URL"
     )
@@ -210,7 +265,7 @@ def _parser():
         "fetch-production", help="download and verify the production engines this device runs"
     )
     fetch_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
-    fetch_parser.add_argument("--token", default=env("DEPLOYHUB_DEVICE_TOKEN"), help="device token")
+    _token_arguments(fetch_parser)
     fetch_parser.add_argument("--out", required=True, metavar="DIR", help="folder to write to")
     fetch_parser.add_argument(
         "--model", type=int, metavar="ID", help="this model only (default: every model)"
@@ -227,6 +282,21 @@ def _parser():
     )
     selftest_parser.set_defaults(func=run_selftest)
     return parser
+
+
+def _token_arguments(parser):
+    """Add the ways to give the device token; DEPLOYHUB_DEVICE_TOKEN is read when none is used."""
+    parser.add_argument(
+        "--token-file",
+        default=os.environ.get("DEPLOYHUB_DEVICE_TOKEN_FILE"),
+        metavar="FILE",
+        help="read the device token from FILE (mode 600)",
+    )
+    parser.add_argument(
+        "--token",
+        help="device token (visible to other users in ps: prefer DEPLOYHUB_DEVICE_TOKEN "
+        "or --token-file)",
+    )
 
 
 def _wait_for_hub(client):

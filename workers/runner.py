@@ -8,12 +8,10 @@ the job to another attempt: either way this worker drops it quietly.
 import hashlib
 import logging
 import shutil
-import tempfile
 import threading
 import time
 import traceback
 import zipfile
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -36,6 +34,7 @@ from workers.errors import ERROR_MAX_CHARS, Cancelled, JobError, one_line
 from workers.evaluate import evaluate
 from workers.export import export_pt2_to_onnx
 from workers.parity import check_parity
+from workers.scratch import scratch_dir
 
 __all__ = ["Cancelled", "run_job"]
 
@@ -216,7 +215,7 @@ class JobRun:
         try:
             work = _work_for(self.job["kind"])
             _check_before_download(self)
-            with self.heartbeat, _scratch_dir(self.job["id"], workdir_root) as workdir:
+            with self.heartbeat, scratch_dir(self.job["id"], workdir_root) as workdir:
                 self.workdir = workdir
                 inputs = self._download_inputs(workdir)
                 return {"state": "succeeded", "result": work(self, inputs)}
@@ -758,18 +757,6 @@ def _check_before_download(job_run):
 def _is_lost(error):
     """Return True when the hub's answer means the job is no longer ours."""
     return isinstance(error, Conflict) or error.status == 403
-
-
-@contextmanager
-def _scratch_dir(job_id, root=None):
-    """Yield a fresh temporary folder for one job and remove it afterwards."""
-    if root is not None:
-        Path(root).mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"job-{job_id}-", dir=root))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _file_sha256(path):

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -16,7 +17,15 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deployhub.demo.management.commands.seed_demo import LOCAL_CLASS, LOCAL_DEVICE, demo_password
 from deployhub.devices.models import Device
-from deployhub.embedded import Child, Supervisor, describe_exit
+from deployhub.embedded import Child, Supervisor, describe_exit, keep_private
+
+
+def sqlite_files():
+    """The SQLite database's files (database, write-ahead log, shared memory), when it is one."""
+    database = settings.DATABASES["default"]
+    if not database["ENGINE"].endswith("sqlite3"):
+        return []
+    return [Path(f"{database['NAME']}{suffix}") for suffix in ("", "-wal", "-shm")]
 
 
 def rotate_local_token():
@@ -36,6 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-seed", action="store_true", help="Skip the demo data.")
 
     def handle(self, *args, host, port, no_seed, **options):
+        keep_private(settings.VAR_DIR, settings.STORAGE_ROOT, sqlite_files())
         call_command("migrate", interactive=False, verbosity=0)
         if not no_seed:
             call_command("seed_demo")
@@ -63,6 +73,9 @@ class Command(BaseCommand):
         hub worker's crash then never leaves a scheduler behind to double up.
         """
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The local worker's token goes in its environment, never its command line (`ps`).
+        worker_env = {k: v for k, v in env.items() if k != "DEPLOYHUB_DEVICE_TOKEN_FILE"}
+        envs = {"local-worker": {**worker_env, "DEPLOYHUB_DEVICE_TOKEN": token}}
         commands = {
             "web": ["gunicorn", "deployhub.wsgi", "--bind", f"{host}:{port}"]
             + ["--workers", "2", "--threads", "4", "--access-logfile", "-"]
@@ -71,11 +84,16 @@ class Command(BaseCommand):
             + ["-l", "WARNING", "-n", "hub@%h"]
             + ["--without-gossip", "--without-mingle", "--without-heartbeat"],
             "hub-beat": ["celery", "-A", "deployhub", "beat", "-l", "WARNING"],
-            "local-worker": ["workers", "run", "--hub", url, "--token", token]
+            "local-worker": ["workers", "run", "--hub", url]
             + ["--broker", settings.CELERY_BROKER_URL],
         }
         return [
-            Child(name, [sys.executable, "-m", *command], env, self.log_dir / f"{name}.log")
+            Child(
+                name,
+                [sys.executable, "-m", *command],
+                envs.get(name, env),
+                self.log_dir / f"{name}.log",
+            )
             for name, command in commands.items()
         ]
 
