@@ -49,16 +49,41 @@ def _private_file(path):
 
 
 def _secret_key():
-    """Return SECRET_KEY from the environment, or one generated once and kept in var/."""
-    if value := env_str("SECRET_KEY"):
+    """Return SECRET_KEY from the environment, or one generated once and kept in var/.
+
+    Production refuses to start without one, or with one that is easy to guess: it
+    signs sessions, password resets and (through HKDF) the engines devices trust.
+    """
+    value = env_str("SECRET_KEY")
+    if PRODUCTION and (weakness := _weakness(value)):
+        raise ImproperlyConfigured(
+            f"SECRET_KEY {weakness}: DEPLOYHUB_ENV=production needs a random key of 50 or more "
+            "characters. Make one with: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
+    if value:
         return value
-    if PRODUCTION:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEPLOYHUB_ENV=production.")
     path = VAR_DIR / "secret_key"
     if not path.exists():
         _private_file(path)
         path.write_text(secrets.token_urlsafe(50))
     return path.read_text().strip()
+
+
+def _weakness(key):
+    """Say what makes a key guessable, as Django's `check --deploy` judges it and for the
+    placeholders people paste; "" when nothing does."""
+    if not key:
+        return "must be set"
+    if "changeme" in key.lower().replace("-", "").replace("_", ""):
+        return "is a placeholder (changeme)"
+    if key.startswith("django-insecure-"):
+        return "is Django's insecure development key (django-insecure-...)"
+    if len(key) < 50:
+        return f"is {len(key)} characters long"
+    if len(set(key)) < 5:
+        return f"has {len(set(key))} different characters"
+    return ""
 
 
 SECRET_KEY = _secret_key()
@@ -244,8 +269,26 @@ DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")
 
 if PRODUCTION:
-    SESSION_COOKIE_SECURE = env_bool("DEPLOYHUB_SECURE_COOKIES", True)
+    # Production is served over HTTPS (DEPLOYHUB_TLS, on by default): plain HTTP is redirected,
+    # browsers are told to use HTTPS only for a year (HSTS), cookies travel encrypted only. A
+    # hub on plain HTTP, the compose stack on a laptop, sets DEPLOYHUB_TLS=false.
+    TLS = env_bool("DEPLOYHUB_TLS", True)
+    SECURE_SSL_REDIRECT = env_bool("DEPLOYHUB_SSL_REDIRECT", TLS)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer probes over plain HTTP
+    SECURE_HSTS_SECONDS = env_int("DEPLOYHUB_HSTS_SECONDS", 365 * 24 * 3600 if TLS else 0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DEPLOYHUB_HSTS_INCLUDE_SUBDOMAINS", True)
+    # Preloading puts the domain in browsers' built-in lists, hard to undo: the operator's
+    # decision (hstspreload.org asks software not to default to it), so off unless asked for,
+    # and its reminder (security.W021) is silenced while it is off.
+    SECURE_HSTS_PRELOAD = env_bool("DEPLOYHUB_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    SESSION_COOKIE_SECURE = env_bool("DEPLOYHUB_SECURE_COOKIES", TLS)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    # Behind a reverse proxy that terminates TLS, its X-Forwarded-Proto says the request was
+    # HTTPS (the proxy must set it, overwriting the client's).
+    if env_bool("DEPLOYHUB_TRUST_X_FORWARDED_PROTO", DEPLOYHUB_PROXY_COUNT > 0):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOGGING = {
     "version": 1,

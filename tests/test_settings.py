@@ -51,7 +51,7 @@ def test_it_reads_the_database_and_broker_from_the_environment(tmp_path):
     env = {
         "DATABASE_URL": "postgres://u@db:5432/x",
         "CELERY_BROKER_URL": "redis://r:6379/0",
-        "SECRET_KEY": "k" * 50,
+        "SECRET_KEY": "kQ7-vX2pLm9" * 5,
         "DEPLOYHUB_ENV": "production",
     }
     _, debug, engine, broker = settings_in(env, tmp_path).stdout.split()
