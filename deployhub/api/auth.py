@@ -59,14 +59,8 @@ def _bearer(request):
     return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
 
 
-def _token_lockout(request):
-    """Return a 429 when the caller's address is locked out for made-up tokens, else None.
-
-    Checked before the token, so a locked-out address learns nothing from its guesses.
-    """
-    seconds = throttle.token_lockout_seconds(request)
-    if not seconds:
-        return None
+def _locked_out(seconds):
+    """The 429 for an address locked out for made-up tokens, for `seconds` more."""
     response = error(
         429,
         "Too many failed token authentications from this address: "
@@ -77,9 +71,10 @@ def _token_lockout(request):
 
 
 def _refuse_token(request, message):
-    """Answer 401, counting a presented token against the caller's address (no token: no count)."""
-    if _bearer(request):
-        throttle.count_token_failure(request)
+    """Answer a token that opens nothing: 401, counted against the caller's address (no token:
+    no count); 429 when that address is locked out."""
+    if _bearer(request) and (seconds := throttle.count_token_failure(request)):
+        return _locked_out(seconds)
     return error(401, message)
 
 
@@ -89,15 +84,17 @@ def token_required(view):
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
-        if locked := _token_lockout(request):
-            return locked
-        record = ApiToken.objects.by_token(_bearer(request))
+        # The address's lockout comes with the token, in one query: a right token is not slowed.
+        lockout = throttle.token_lockout(request)
+        record = ApiToken.objects.annotate(lockout=lockout).by_token(_bearer(request))
         if record is None:
             return _refuse_token(
                 request,
                 "An API token is required: Authorization: Bearer dhu_... "
                 "(create one under Account → API tokens).",
             )
+        if seconds := throttle.seconds_until(record.lockout):  # the guesser learns nothing
+            return _locked_out(seconds)
         if record.scope == TokenScope.PIPELINE and not getattr(view, "pipelines_may_call", False):
             return error(403, PIPELINE_REFUSAL)
         ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
@@ -124,13 +121,14 @@ def device_required(view):
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
-        if locked := _token_lockout(request):
-            return locked
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return error(401, "A device token is required: Authorization: Bearer <token>.")
-        device = Device.objects.by_token(_bearer(request))
+        lockout = throttle.token_lockout(request)
+        device = Device.objects.annotate(token_lockout=lockout).by_token(_bearer(request))
         if device is None:
             return _refuse_token(request, "This device token is not valid.")
+        if seconds := throttle.seconds_until(device.token_lockout):
+            return _locked_out(seconds)
         try:
             return view(request, device, *args, **kwargs)
         except WrongDevice as exc:

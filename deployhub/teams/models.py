@@ -1,7 +1,6 @@
 """Teams, memberships with roles, and the append-only audit log."""
 
 import hashlib
-import math
 import secrets
 from urllib.parse import urlsplit
 
@@ -192,15 +191,15 @@ class ApiToken(models.Model):
 
 
 class TokenFailuresQuerySet(models.QuerySet):
-    def seconds_locked(self, address, now):
-        """Return the whole seconds until this address may present tokens again; 0 when it may."""
-        until = self.filter(address=address, locked_until__gt=now).values_list(
-            "locked_until", flat=True
-        )
-        return math.ceil((until[0] - now).total_seconds()) if until else 0
+    def lockout_of(self, address, now):
+        """An expression for the end of the address's lockout (NULL when it is not locked out),
+        to annotate the token lookup with: one query answers both."""
+        locked = self.filter(address=address, locked_until__gt=now)
+        return models.Subquery(locked.values("locked_until")[:1])
 
     def count_failure(self, address, now, *, limit, lockout):
-        """Count one failed token authentication from the address; return its row.
+        """Count one failed token authentication from the address; return (its row, whether
+        it counted): an address locked out already is not counted again.
 
         The count runs over a window of `lockout` from its first failure; reaching
         `limit` locks the address out for `lockout`. Rows of windows long over go.
@@ -210,13 +209,15 @@ class TokenFailuresQuerySet(models.QuerySet):
             row, _ = self.select_for_update().get_or_create(
                 address=address, defaults={"window_started_at": now}
             )
-            if row.window_started_at <= now - lockout and not row.locked(now):
+            if row.locked(now):
+                return row, False
+            if row.window_started_at <= now - lockout:
                 row.failures, row.window_started_at, row.locked_until = 0, now, None
             row.failures += 1
             if row.failures == limit:
                 row.locked_until = now + lockout
             row.save()
-        return row
+        return row, True
 
 
 class TokenFailures(models.Model):

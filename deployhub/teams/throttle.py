@@ -116,21 +116,29 @@ def record_sign_in_lockout(sender, request, username, ip_address, **kwargs):
         )
 
 
-def token_lockout_seconds(request):
-    """Return the seconds this caller's address stays locked out of token authentication; 0
-    when it is not."""
-    return TokenFailures.objects.seconds_locked(client_address(request), timezone.now())
+def token_lockout(request):
+    """An expression for the end of the caller's address's token lockout (NULL: none), for the
+    token lookup to carry (ApiToken.objects.annotate(lockout=...).by_token(...))."""
+    return TokenFailures.objects.lockout_of(client_address(request), timezone.now())
+
+
+def seconds_until(moment):
+    """Whole seconds from now until moment, rounded up; 0 once it has passed."""
+    return max(0, math.ceil((moment - timezone.now()).total_seconds())) if moment else 0
 
 
 def count_token_failure(request):
-    """Count a made-up token from the caller's address; log the one that locks it out."""
-    lockout = timedelta(seconds=settings.DEPLOYHUB_TOKEN_LOCKOUT_SECONDS)
-    row = TokenFailures.objects.count_failure(
+    """Count a made-up token from the caller's address; return the seconds the address was
+    locked out for already (0 when it was not, and this one counted). Log the lockout."""
+    now = timezone.now()
+    row, counted = TokenFailures.objects.count_failure(
         client_address(request),
-        timezone.now(),
+        now,
         limit=settings.DEPLOYHUB_TOKEN_FAILURE_LIMIT,
-        lockout=lockout,
+        lockout=timedelta(seconds=settings.DEPLOYHUB_TOKEN_LOCKOUT_SECONDS),
     )
+    if not counted:
+        return seconds_until(row.locked_until)
     if row.failures == settings.DEPLOYHUB_TOKEN_FAILURE_LIMIT:
         logger.warning(
             "token authentication locked out for %s s: %s after %s made-up tokens (last on %s)",
@@ -139,3 +147,4 @@ def count_token_failure(request):
             row.failures,
             request.path[:200],
         )
+    return 0
