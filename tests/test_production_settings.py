@@ -128,7 +128,7 @@ def test_plain_http_is_redirected_but_the_health_probe_and_a_tls_proxy_are_not(t
         ("changeme", "is a placeholder (changeme)"),
         ("CHANGE_ME-" + secrets.token_urlsafe(50), "is a placeholder (changeme)"),
         ("s3cret-" + "x" * 20, "is 27 characters long"),
-        ("django-insecure-" + secrets.token_urlsafe(50), "is Django's insecure development key (django-insecure-...)"),
+        ("django-insecure-" + secrets.token_urlsafe(50), "is Django's insecure development key"),
         ("abcd" * 20, "has 4 different characters"),
         ("", "must be set"),
     ],
@@ -137,5 +137,5 @@ def test_production_refuses_a_guessable_secret_key(tmp_path, key, why):
     result = manage(production(tmp_path, SECRET_KEY=key), "check")
 
     assert result.returncode != 0
-    assert f"SECRET_KEY {why}: {REFUSED}" in result.stderr
+    assert f"SECRET_KEY {why}" in result.stderr and REFUSED in result.stderr
     assert "secrets.token_urlsafe(50)" in result.stderr
