@@ -7,10 +7,10 @@ from django.db import transaction
 
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
+from deployhub.parity import packs
 from deployhub.parity.models import ParityRun, pack_upload_path
-from deployhub.parity.packs import check_pack
 from deployhub.registry.archives import check_filename
-from deployhub.registry.uploads import placed, ratio_cap, received, workspace
+from deployhub.registry.uploads import placed, read_in_child, received, workspace
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
 from workers.parity import PackError, pack_format
@@ -51,7 +51,10 @@ def submit_parity(version, uploaded_file, user, *, device_class=None, tolerance=
     if not filename.lower().endswith(".zip"):
         raise PackError(f"{filename!r} is not a .zip. {pack_format()}")
     with received(uploaded_file) as (path, sha256, size), workspace() as work:
-        facts = check_pack(path, version, work, cap=ratio_cap())
+        params = packs.pack_params(version)
+        facts = read_in_child(
+            packs.KIND, path, work, params, refusal=PackError, module=packs.__name__
+        )
         run = ParityRun(
             model_version=version,
             original_filename=filename,

@@ -12,6 +12,7 @@ the model's signature and input-shape contract before it is stored.
 """
 
 import csv
+import hashlib
 import math
 import shutil
 import tempfile
@@ -33,6 +34,7 @@ from deployhub.registry.inspect import InvalidModel
 from workers.preprocessing import compile_preprocess
 
 MAX_PIXELS = 50_000_000
+STORED = "dataset.npz"  # the checked samples, in the work folder, for the web process to store
 # A validation set can hold many thousands of images (archives.py defaults to 2,000 members).
 MAX_MEMBERS = 100_000
 MAX_ARRAY_BYTES = 2 * 1024**3
@@ -49,6 +51,65 @@ NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
 class DatasetError(ValueError):
     """The uploaded dataset cannot be used; the message says why."""
+
+
+def read_dataset(path, workdir, params, *, cap):
+    """Load an uploaded dataset, hold it to the version, and store it as the workers read it.
+
+    Runs in the capped child process (registry/validate.py), which hands the web process
+    only this small description; the samples are written to workdir/STORED. params: the
+    upload's filename, require_labels, and the version's inputs, contract, preprocessing;
+    max_bytes caps an image zip's expansion.
+    """
+    source, arrays = _load_dataset(path, params, workdir, cap)
+    check_against_contract(arrays["inputs"], params["inputs"], params["contract"])
+    sha256, size = _write_npz(arrays, workdir / STORED)
+    return {"source": source, "sha256": sha256, "size": size, **describe(arrays)}
+
+
+def _load_dataset(path, params, workdir, cap):
+    names = [spec["name"] for spec in params["inputs"]]
+    filename, require_labels = params["filename"].lower(), params["require_labels"]
+    if filename.endswith(".npz"):
+        arrays = load_npz(path, names, require_labels=require_labels, cap=cap, workdir=workdir)
+        return "npz", arrays
+    if not filename.endswith(".zip"):
+        raise DatasetError("A dataset is an .npz file or a .zip of images with labels.csv.")
+    if len(names) != 1:
+        per_input = ", ".join(f"{name}=..." for name in names)
+        raise DatasetError(
+            f"An image archive feeds one input, and this model takes {len(names)}: "
+            f"upload an .npz with one array per input: np.savez(f, {per_input})."
+        )
+    if not params["preprocessing"]:
+        raise DatasetError("An image dataset needs a preprocessing spec on the version.")
+    arrays = load_image_zip(
+        path,
+        params["preprocessing"],
+        workdir=workdir,
+        max_bytes=params["max_bytes"],
+        cap=cap,
+        require_labels=require_labels,
+        input_name=names[0],
+    )
+    return "images", arrays
+
+
+def _write_npz(arrays, path):
+    """Store the samples as the workers read them: `inputs` for one input, else one per name.
+
+    Return the file's sha256 and size.
+    """
+    inputs = arrays["inputs"]
+    payload = {"inputs": next(iter(inputs.values()))} if len(inputs) == 1 else dict(inputs)
+    if arrays.get("labels") is not None:
+        payload["labels"] = arrays["labels"]
+    np.savez(path, **payload)
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest(), path.stat().st_size
 
 
 def load_npz(

@@ -6,6 +6,7 @@ file is moved to its content-addressed name, in the transaction that creates
 the version. Whatever fails, the temporary files go.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -15,7 +16,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, default_storage
@@ -30,13 +30,7 @@ from deployhub.registry.contract import (
     default_contract,
     validate_contract,
 )
-from deployhub.registry.datasets import (
-    DatasetError,
-    check_against_contract,
-    describe,
-    load_image_zip,
-    load_npz,
-)
+from deployhub.registry.datasets import STORED, DatasetError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.registry.models import (
     Dataset,
@@ -115,12 +109,25 @@ class HashingUploadHandler(FileUploadHandler):
         )
 
     def receive_data_chunk(self, raw_data, start):
-        self.file.receive(raw_data)
+        with self.discarded_on_error():
+            self.file.receive(raw_data)
 
     def file_complete(self, file_size):
-        self.file.seek(0)
+        with self.discarded_on_error():
+            self.file.seek(0)  # flushes: a full disk may say so only now
         self.file.size = self.file.received
         return self.file
+
+    @contextmanager
+    def discarded_on_error(self):
+        """Delete the temporary file now when writing it fails (a full disk): nothing stays
+        half-written in the storage root."""
+        try:
+            yield
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.file.close()  # the temporary file deletes itself on close
+            raise
 
     def upload_interrupted(self):
         if getattr(self, "file", None) is not None:
@@ -239,20 +246,33 @@ def ratio_cap():
     return RatioCap(settings.DEPLOYHUB_MAX_UNPACK_RATIO, settings.DEPLOYHUB_UNPACK_ALLOWANCE_BYTES)
 
 
+def read_in_child(kind, path, work, params, *, refusal=InvalidModel, module=None):
+    """Read an upload in the capped child process (validate.py); return its small answer.
+
+    Adds what every kind gets: the size cap and the compression-ratio cap of archives.
+    module serves the kind (`python -m`): validate.py unless an app above serves its own.
+    """
+    params = {
+        "max_total_bytes": settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+        **params,
+        "cap": dataclasses.asdict(ratio_cap()),
+    }
+    return validate_in_child(
+        kind,
+        path,
+        work,
+        params=params,
+        memory_mb=settings.DEPLOYHUB_VALIDATION_MEMORY_MB,
+        timeout=settings.DEPLOYHUB_VALIDATION_TIMEOUT,
+        refusal=refusal,
+        module=module,
+    )
+
+
 def inspect_upload(path, kind):
     """Validate a received file of a sniffed kind, in a child process, and describe it."""
     with workspace() as work:
-        return validate_in_child(
-            kind,
-            path,
-            work,
-            params={
-                "max_total_bytes": settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
-                "cap": dataclasses.asdict(ratio_cap()),
-            },
-            memory_mb=settings.DEPLOYHUB_VALIDATION_MEMORY_MB,
-            timeout=settings.DEPLOYHUB_VALIDATION_TIMEOUT,
-        )
+        return read_in_child(kind, path, work, {})
 
 
 def check_spec_and_contract(info, preprocessing, contract):
@@ -386,69 +406,34 @@ def derive_version(source, user, *, notes="", preprocessing=None, contract=None)
     return save_version(version, None)
 
 
-def _load_dataset(path, kind, filename, version, work):
-    names = [spec["name"] for spec in version.inputs]
-    if filename.lower().endswith(".npz"):
-        arrays = load_npz(
-            path,
-            names,
-            require_labels=kind == DatasetKind.VALIDATION,
-            cap=ratio_cap(),
-            workdir=work,
-        )
-        return "npz", arrays
-    if filename.lower().endswith(".zip"):
-        if len(names) != 1:
-            per_input = ", ".join(f"{name}=..." for name in names)
-            raise DatasetError(
-                f"An image archive feeds one input, and this model takes {len(names)}: "
-                f"upload an .npz with one array per input: np.savez(f, {per_input})."
-            )
-        if not version.preprocessing:
-            raise DatasetError("An image dataset needs a preprocessing spec on the version.")
-        arrays = load_image_zip(
-            path,
-            version.preprocessing,
-            workdir=work,
-            max_bytes=settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
-            cap=ratio_cap(),
-            require_labels=kind == DatasetKind.VALIDATION,
-            input_name=names[0],
-        )
-        return "images", arrays
-    raise DatasetError("A dataset is an .npz file or a .zip of images with labels.csv.")
-
-
-def _write_npz(arrays, work):
-    """Store the samples as the workers read them: `inputs` for one input, else one per name."""
-    path = work / "dataset.npz"
-    inputs = arrays["inputs"]
-    payload = {"inputs": next(iter(inputs.values()))} if len(inputs) == 1 else dict(inputs)
-    if arrays.get("labels") is not None:
-        payload["labels"] = arrays["labels"]
-    np.savez(path, **payload)
-    return path, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def create_dataset(version, uploaded_file, user, *, kind, name):
-    """Check a calibration or validation dataset against the version and store it as .npz."""
+    """Check a calibration or validation dataset against the version and store it as .npz.
+
+    The file is read in the capped child process (validate.py), which writes the checked
+    samples into the work folder; only that file and its description come back here.
+    """
     filename = check_filename(Path(uploaded_file.name or "").name or "")
     if version.model.datasets.filter(name=name).exists():
         raise DatasetError(f"{version.model} already has a dataset named {name!r}.")
     with received(uploaded_file) as (path, source_sha256, _), workspace() as work:
-        source, arrays = _load_dataset(path, kind, filename, version, work)
-        check_against_contract(arrays["inputs"], version.inputs, version.contract)
-        stored, sha256 = _write_npz(arrays, work)
-        facts = describe(arrays)
+        params = {
+            "filename": filename,
+            "require_labels": kind == DatasetKind.VALIDATION,
+            "inputs": version.inputs,
+            "contract": version.contract,
+            "preprocessing": version.preprocessing,
+            "max_bytes": settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
+        }
+        facts = read_in_child("dataset", path, work, params, refusal=DatasetError)
         dataset = Dataset(
             model=version.model,
             kind=kind,
             name=name,
             original_filename=filename,
-            source=source,
+            source=facts["source"],
             source_sha256=source_sha256,
-            sha256=sha256,
-            size=stored.stat().st_size,
+            sha256=facts["sha256"],
+            size=facts["size"],
             samples=facts["samples"],
             input_shape=facts["input_shape"],
             input_dtype=facts["input_dtype"],
@@ -458,7 +443,7 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
             created_by=user,
         )
         dataset.file.name = dataset_upload_path(dataset, "")
-        with placed(stored, dataset.file.name), transaction.atomic():
+        with placed(work / STORED, dataset.file.name), transaction.atomic():
             dataset.save()
             Event.record(version.team, user, "dataset.created", dataset, kind=kind, after="stored")
     return dataset
