@@ -52,6 +52,7 @@ urlpatterns = [
     path("models/<int:pk>/report.html", benchmark_views.model_report, name="model_report"),
     path("models/samples/resnet18", demo_views.add_resnet18_sample, name="add_resnet18_sample"),
     path("versions/<int:pk>/", registry_views.version_detail, name="version_detail"),
+    path("versions/<int:pk>/download", registry_views.version_download, name="version_download"),
     path("versions/<int:pk>/results", benchmark_views.version_results, name="version_results"),
     path(
         "versions/<int:pk>/benchmark", benchmark_views.version_benchmark, name="version_benchmark"

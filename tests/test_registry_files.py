@@ -278,7 +278,9 @@ def test_it_accepts_external_data_in_a_subfolder(tmp_path):
         ("..", "is a path"),
         ("x\x00.onnx", "control characters"),
         ("m" * 295 + ".onnx", "300 characters long"),
-        ("modèle.onnx", "rename the file with ASCII letters, digits, '-', '_' and '.'"),
+        ("model\u202egpj.onnx", "invisible formatting characters"),
+        ("mod\u200bel.onnx", "invisible formatting characters"),
+        ("a\x85b.onnx", "control characters"),
         ("", "has no name"),
     ],
 )
@@ -290,6 +292,15 @@ def test_it_refuses_bad_file_names(name, message):
 
 def test_it_accepts_a_plain_file_name():
     assert check_filename("model-v2.onnx") == "model-v2.onnx"
+
+
+@pytest.mark.parametrize("name", ["gerät.onnx", "モデル.onnx", "<script>.onnx", "a b (2).zip"])
+def test_it_accepts_names_in_any_script(name):
+    assert check_filename(name) == name
+
+
+def test_it_keeps_a_decomposed_name_in_its_composed_form():
+    assert check_filename("gera\u0308t.onnx") == "gerät.onnx"
 
 
 @pytest.mark.parametrize(

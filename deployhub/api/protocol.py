@@ -2,11 +2,12 @@
 
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.http import FileResponse, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.api.auth import BadInput, device_required, error, json_body
+from deployhub.downloads import file_download
 from deployhub.engines import signing
 from deployhub.engines.actions import compatibility, record_fingerprint
 from deployhub.engines.models import Engine, EngineStatus
@@ -185,9 +186,7 @@ def job_input(request, device, job_id, name):
 
 
 def _attachment(storage_name, filename):
-    return FileResponse(
-        default_storage.open(storage_name, "rb"), as_attachment=True, filename=filename
-    )
+    return file_download(default_storage.open(storage_name, "rb"), filename)
 
 
 @require_GET

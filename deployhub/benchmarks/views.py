@@ -12,6 +12,7 @@ from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.benchmarks.reports import model_report as build_report
+from deployhub.downloads import content_disposition
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role
@@ -47,8 +48,8 @@ def version_benchmark(request, pk):
 def attachment(body, content_type, model, suffix):
     """Return `body` as a download named after the model."""
     response = HttpResponse(body, content_type=content_type)
-    filename = f"{slugify(model.name) or 'model'}-{suffix}"
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    filename = f"{slugify(model.name, allow_unicode=True) or 'model'}-{suffix}"
+    response["Content-Disposition"] = content_disposition(filename)
     return response
 
 

@@ -20,6 +20,7 @@ import re
 import shutil
 import stat
 import tempfile
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -46,7 +47,10 @@ PICKLE_REFUSAL = (
     "and upload the .onnx or .pt2."
 )
 WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Unicode categories a file name may not hold: formatting (bidi overrides, zero-width),
+# surrogates, line and paragraph separators.
+HIDDEN = {"Cf", "Cs", "Zl", "Zp"}
 
 
 class PickledCheckpoint(InvalidModel):
@@ -64,9 +68,16 @@ class UnsafeArchive(InvalidModel):
 
 
 def check_filename(name):
-    """Return an uploaded file's name if it is a plain, short, ASCII name; else refuse."""
+    """Return an uploaded file's name, NFC-normalised, if it is a plain, short name; else refuse.
+
+    Any script goes (gerät.onnx, モデル.onnx): the name is kept for display, escaped, and for
+    downloads; the stored file gets a generated name. Control characters and invisible
+    formatting (direction overrides, zero-width characters) are refused, because they make
+    a shown name differ from the real one.
+    """
     if not name:
         raise InvalidModel("The file has no name: upload it under a name such as model.onnx.")
+    name = unicodedata.normalize("NFC", name)
     shown = repr(name[:60] + ("..." if len(name) > 60 else ""))
     if len(name) > MAX_FILENAME:
         raise InvalidModel(
@@ -75,10 +86,10 @@ def check_filename(name):
         )
     if CONTROL.search(name):
         raise InvalidModel(f"The file name {shown} contains control characters: rename the file.")
-    if not name.isascii():
+    if any(unicodedata.category(char) in HIDDEN for char in name):
         raise InvalidModel(
-            f"The file name {shown} is not ASCII: rename the file with ASCII letters, "
-            "digits, '-', '_' and '.'."
+            f"The file name {shown} contains invisible formatting characters (such as a "
+            "right-to-left override or a zero-width space): rename the file."
         )
     if "/" in name or "\\" in name or name in (".", ".."):
         raise InvalidModel(

@@ -2,10 +2,12 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.files.storage import default_storage
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.downloads import file_download
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.forms import (
@@ -130,6 +132,14 @@ def model_detail(request, pk):
 def version_detail(request, pk):
     version = get_version_for_user(request, pk)
     return version_page(request, version)
+
+
+@login_required
+def version_download(request, pk):
+    """Serve a version's file as an attachment, under the name it was uploaded as."""
+    version = get_version_for_user(request, pk)
+    name = version.original_filename or version.download_name
+    return file_download(default_storage.open(version.file.name, "rb"), name)
 
 
 @login_required

@@ -7,6 +7,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.downloads import content_disposition
 from deployhub.teams import webhooks
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.audit import events_csv, filtered_events
@@ -84,7 +85,7 @@ def audit_csv(request):
     team = _team(request)
     events, _ = filtered_events(team, request.GET)
     response = HttpResponse(events_csv(events), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{team.slug}-audit.csv"'
+    response["Content-Disposition"] = content_disposition(f"{team.slug}-audit.csv")
     return response
 
 
