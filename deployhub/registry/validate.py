@@ -13,6 +13,7 @@ deployhub/parity/packs.py). Every kind gets max_total_bytes and the RatioCap
 """
 
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from deployhub.registry.inspect import InvalidModel
 
+logger = logging.getLogger(__name__)
 MODEL_KINDS = ("onnx", "onnx-zip", "pt2")
 # The checks do no linear algebra: one thread each, so no thread pool's buffers eat the cap.
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -90,17 +92,27 @@ def validate_in_child(
         )
     except subprocess.TimeoutExpired as exc:
         raise refusal(f"Reading {what} took longer than {timeout} s; refused.") from exc
+    answer = _answer(done, path, kind, refusal, memory_mb)
+    if "error" in answer:
+        raise refusal(answer["error"])
+    return answer["info"]
+
+
+def _answer(done, path, kind, refusal, memory_mb):
+    """Return the child's JSON answer; a child that died without one is a refusal, logged."""
     try:
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError) as exc:
+        stderr = done.stderr[-2000:]
+        logger.warning(
+            "Reading %s (%s) ended with code %s: %s", path, kind, done.returncode, stderr
+        )
+        what = WHAT.get(kind, "the model")
         if done.returncode < 0 or "MemoryError" in done.stderr:
             raise refusal(out_of_memory(what, memory_mb)) from exc
         raise refusal(
             f"{what.capitalize()} could not be read: the check exited with code {done.returncode}."
         ) from exc
-    if "error" in answer:
-        raise refusal(answer["error"])
-    return answer["info"]
 
 
 def out_of_memory(what, memory_mb):
