@@ -61,7 +61,7 @@ def home(request):
 def switch_team(request):
     """Make one of the user's teams the active one, and stay on the same list page."""
     chosen = request.POST.get("team", "")
-    if not chosen.isdigit():
+    if not chosen.isdecimal():
         raise Http404("No such team.")
     team = get_object_or_404(teams_of(request.user), pk=chosen)
     request.session["team_id"] = team.pk

@@ -1,17 +1,21 @@
-"""Who may call API v1: people by personal tokens, devices by device tokens.
+"""Who may call API v1: people by personal tokens, devices by device tokens; what they may send.
 
 Each decorator authenticates the caller, then answers the typed exceptions its
 views raise with their HTTP status, as a JSON error; never by a message's text.
+Every JSON body goes through json_body and every field through a typed reader
+(text, number, integer, json_object), so bad input is a 400 naming the field,
+never a 500 from the database or the parser.
 """
 
 import functools
-import json
+import math
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.http import Http404, JsonResponse, RawPostDataException
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from deployhub import json_input
 from deployhub.devices.models import Device
 from deployhub.jobs.errors import JobConflict, WrongDevice
 from deployhub.jobs.models import Job
@@ -45,14 +49,122 @@ def error(status, message):
 
 
 def json_body(request):
-    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise."""
+    """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise.
+
+    The body must be UTF-8 JSON, an object nested at most json_input.MAX_DEPTH levels, with
+    finite numbers only and text PostgreSQL can store (deployhub/json_input.py).
+    """
     try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"The body is not valid JSON: {exc}") from exc
+        body = json_input.parse(request.body or b"{}")
+    except json_input.JSONInputError as exc:
+        raise BadInput(str(exc)) from exc
+    except RawPostDataException as exc:  # a multipart form, already read as one
+        raise BadInput("This call takes a JSON body: send Content-Type: application/json.") from exc
     if not isinstance(body, dict):
         raise BadInput("The body must be a JSON object.")
     return body
+
+
+def _check_text(where, value):
+    if problem := json_input.text_problem(value):
+        raise BadInput(f"{where[:100]} {problem}.")
+
+
+def check_fields(request):
+    """Raise BadInput when a query-string or form field, or a file's name, holds a NUL."""
+    fields = [*request.GET.lists()]
+    if request.method == "POST" and request.content_type in FORM_TYPES:
+        fields += [*request.POST.lists()]
+        fields += [(name, [f.name for f in files]) for name, files in request.FILES.lists()]
+    for name, values in fields:
+        _check_text(f"A field name ({name[:40]!r})", name)
+        for value in values:
+            _check_text(repr(name[:40]), value)
+
+
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+def text(data, name, default=None, *, required=False, max_length=None):
+    """Return data[name] as a string (default when absent or null); raise BadInput when it is
+    another type, blank but required, longer than max_length, or holds a NUL."""
+    value = data.get(name)
+    if value is None or (required and isinstance(value, str) and not value.strip()):
+        if required:
+            raise BadInput(f"Say {name!r}: it is required here.")
+        return default
+    if not isinstance(value, str):
+        raise BadInput(f"{name!r} must be a string, not {_json_type(value)}.")
+    _check_text(repr(name), value)
+    if max_length is not None and len(value) > max_length:
+        raise BadInput(f"{name!r} is {len(value):,} characters long: at most {max_length}.")
+    return value
+
+
+def number(data, name, default=None, *, low=None, high=None):
+    """Return data[name] as a float within [low, high] (default when absent or null)."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(f"{name!r} must be a number, not {_json_type(value)}.")
+    if abs(value) > 1e300 or not math.isfinite(value) or not _within(value, low, high):
+        raise BadInput(f"{name!r} must be a number from {low} to {high}; got {value!r:.30}.")
+    return float(value)
+
+
+# Ids and counts fit PostgreSQL's bigint.
+BIGINT = 2**63 - 1
+
+
+def integer(data, name, default=None, *, low=0, high=BIGINT):
+    """Return data[name] as an int within [low, high] (default when absent or null); a string
+    of digits counts, as a multipart form sends it."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().lstrip("-").isdecimal() and len(value) < 40:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{name!r} must be an integer, not {_json_type(value)}.")
+    if not _within(value, low, high):
+        raise BadInput(f"{name!r} must be an integer from {low} to {high}; got {value!r:.30}.")
+    return value
+
+
+def flag(data, name, default=None):
+    """Return data[name] as true or false (default when absent or null)."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadInput(f"{name!r} must be true or false, not {_json_type(value)}.")
+    return value
+
+
+def json_object(data, name, default=None):
+    """Return data[name] as a dict (default when absent or null)."""
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, dict):
+        raise BadInput(f"{name!r} must be a JSON object, not {_json_type(value)}.")
+    return value
+
+
+def _within(value, low, high):
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _json_type(value):
+    names = {bool: "true/false", int: "a number", float: "a number", str: "a string"}
+    names |= {list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def field_length(model, name):
+    """The max_length of a model's field: what PostgreSQL refuses past."""
+    return model._meta.get_field(name).max_length
 
 
 def _bearer(request):
@@ -100,6 +212,7 @@ def token_required(view):
         ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
         request.user, request.token_scope = record.user, record.scope
         try:
+            check_fields(request)
             return view(request, *args, **kwargs)
         except PermissionDenied as exc:
             return error(403, str(exc) or "You may not do this.")
@@ -130,6 +243,7 @@ def device_required(view):
         if seconds := throttle.seconds_until(device.token_lockout):
             return _locked_out(seconds)
         try:
+            check_fields(request)
             return view(request, device, *args, **kwargs)
         except WrongDevice as exc:
             return error(403, str(exc))

@@ -1,12 +1,20 @@
 """API v1 for people and scripts: the model registry, with personal API tokens."""
 
-import json
-
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, Conflict, for_pipelines, json_body, token_required
+from deployhub import json_input
+from deployhub.api.auth import (
+    BadInput,
+    Conflict,
+    field_length,
+    for_pipelines,
+    integer,
+    json_body,
+    text,
+    token_required,
+)
 from deployhub.conversions.actions import (
     ConversionRefused,
     conversion_class,
@@ -15,7 +23,7 @@ from deployhub.conversions.actions import (
 )
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.golden import create_golden_set
-from deployhub.registry.models import Model, VersionFormat
+from deployhub.registry.models import Dataset, Model, VersionFormat
 from deployhub.registry.uploads import (
     DuplicateModelName,
     DuplicateVersion,
@@ -72,9 +80,9 @@ def _json_field(request, name):
     if not raw:
         return None
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{name} is not valid JSON: {exc}") from exc
+        return json_input.parse(raw, name)
+    except json_input.JSONInputError as exc:
+        raise BadInput(str(exc)) from exc
 
 
 def _file(request, what="the model"):
@@ -85,7 +93,7 @@ def _file(request, what="the model"):
 
 def _version_fields(request):
     return {
-        "notes": request.POST.get("notes", ""),
+        "notes": text(request.POST, "notes", ""),
         "preprocessing": _json_field(request, "preprocessing"),
         "contract": _json_field(request, "contract"),
     }
@@ -129,7 +137,7 @@ def models(request):
         return JsonResponse({"models": [model_json(m) for m in listed]})
     team = _team(request)
     require_role(request.user, team, Role.ENGINEER)
-    name = request.POST.get("name", "").strip()
+    name = text(request.POST, "name", "", max_length=field_length(Model, "name")).strip()
     if not name:
         raise BadInput("A model needs a 'name'.")
     try:
@@ -137,7 +145,7 @@ def models(request):
             team,
             request.user,
             name=name,
-            description=request.POST.get("description", ""),
+            description=text(request.POST, "description", ""),
             uploaded_file=_file(request),
             **_version_fields(request),
         )
@@ -178,7 +186,8 @@ def version_detail(request, pk):
 def version_datasets(request, pk):
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    kind, name = request.POST.get("kind", ""), request.POST.get("name", "").strip()
+    kind = request.POST.get("kind", "")
+    name = text(request.POST, "name", "", max_length=field_length(Dataset, "name")).strip()
     if kind not in ("calibration", "validation") or not name:
         raise BadInput("Send 'kind' (calibration or validation), 'name' and a file 'file'.")
     dataset = create_dataset(version, _file(request), request.user, kind=kind, name=name)
@@ -252,12 +261,12 @@ def version_convert(request, pk):
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     body = json_body(request)
-    slug = body.get("device_class")
+    slug = text(body, "device_class")
     device_class = version.team.device_classes.filter(slug=slug).first() if slug else None
     if slug and device_class is None:
         raise BadInput(f"{version.team} has no device class {slug!r}.")
     try:
-        job = submit_convert(version, device_class, request.user, body.get("opset"))
+        job = submit_convert(version, device_class, request.user, integer(body, "opset"))
     except ConversionRefused as exc:
         raise BadInput(str(exc)) from exc
     answer = {

@@ -4,7 +4,15 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
 
-from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
+from deployhub.api.auth import (
+    BadInput,
+    flag,
+    for_pipelines,
+    json_body,
+    json_object,
+    text,
+    token_required,
+)
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import set_draining
 from deployhub.engines.access import get_engine_for_user
@@ -79,7 +87,7 @@ def device_detail(request, pk):
 def device_drain(request, pk):
     """Body {"draining": true|false}: stop or resume giving the device new jobs."""
     device = get_device_for_user(request, pk)
-    set_draining(device, json_body(request).get("draining", True), request.user)
+    set_draining(device, flag(json_body(request), "draining", True), request.user)
     return JsonResponse(device_json(device))
 
 
@@ -95,16 +103,13 @@ def version_engines(request, pk):
         )
     require_role(request.user, version.team, Role.ENGINEER)
     body = json_body(request)
-    device_class = get_object_or_404(version.team.device_classes, slug=body.get("device_class"))
+    slug = text(body, "device_class", required=True)
+    device_class = get_object_or_404(version.team.device_classes, slug=slug)
+    backend = body.get("backend", DEFAULT_BACKEND)  # request_compile names the known ones
+    build_config = json_object(body, "build_config", {})
     try:
         return _compile_answer(
-            *request_compile(
-                version,
-                device_class,
-                body.get("backend", DEFAULT_BACKEND),
-                body.get("build_config") or {},
-                request.user,
-            )
+            *request_compile(version, device_class, backend, build_config, request.user)
         )
     except BuildRefused as exc:
         raise BadInput(str(exc)) from exc

@@ -6,21 +6,32 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
-from deployhub.api.auth import BadInput, device_required, error, json_body
+from deployhub.api.auth import (
+    BadInput,
+    device_required,
+    error,
+    field_length,
+    integer,
+    json_body,
+    json_object,
+    number,
+    text,
+)
 from deployhub.downloads import file_download
 from deployhub.engines import signing
 from deployhub.engines.actions import compatibility, record_fingerprint
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.models import Artifact, Job, JobState
 
 
-def _attempt(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise BadInput("attempt must be an integer.") from exc
+def _attempt(data):
+    """The attempt a call is for: required, an integer (a form sends its digits)."""
+    attempt = integer(data, "attempt")
+    if attempt is None:
+        raise BadInput("attempt must be an integer.")
+    return attempt
 
 
 def _job_for(device, job_id):
@@ -108,9 +119,7 @@ def whoami(request, device):
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = json_body(request).get("fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, dict):
-        raise BadInput("fingerprint must be a JSON object.")
+    fingerprint = json_object(json_body(request), "fingerprint")
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
     device.record_heartbeat()
@@ -122,7 +131,7 @@ def device_heartbeat(request, device):
 @require_POST
 @device_required
 def claim(request, device, job_id):
-    job = actions.claim_job(job_id, device, _attempt(json_body(request).get("attempt")))
+    job = actions.claim_job(job_id, device, _attempt(json_body(request)))
     device.record_heartbeat()
     return JsonResponse(_job_json(job, device))
 
@@ -134,10 +143,10 @@ def job_heartbeat(request, device, job_id):
     job = actions.heartbeat_job(
         job_id,
         device,
-        _attempt(body.get("attempt")),
-        progress=body.get("progress"),
-        message=body.get("message"),
-        log=str(body.get("log") or ""),
+        _attempt(body),
+        progress=number(body, "progress", low=0.0, high=1.0),
+        message=text(body, "message"),
+        log=text(body, "log", ""),
     )
     return JsonResponse(
         {
@@ -151,22 +160,19 @@ def job_heartbeat(request, device, job_id):
 @device_required
 def complete(request, device, job_id):
     body = json_body(request)
-    state = body.get("state")
+    state = text(body, "state")
     if state not in JobState.FINAL:
         raise BadInput(f"state must be one of: {', '.join(JobState.FINAL)}.")
-    result = body.get("result") or {}
-    if not isinstance(result, dict):
-        raise BadInput("result must be a JSON object.")
     try:
         job = actions.complete_job(
             job_id,
             device,
-            _attempt(body.get("attempt")),
+            _attempt(body),
             state,
-            result=result,
-            error=str(body.get("error") or ""),
-            log=str(body.get("log") or ""),
-            failure_category=str(body.get("failure_category") or ""),
+            result=json_object(body, "result", {}),
+            error=text(body, "error", ""),
+            log=text(body, "log", ""),
+            failure_category=text(body, "failure_category", ""),
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
@@ -208,11 +214,10 @@ def engine_download(request, device, engine_id):
 def upload_artifact(request, device, job_id):
     job = _job_for(device, job_id)
     upload = request.FILES.get("file")
-    if upload is None or not request.POST.get("name"):
+    name = text(request.POST, "name", max_length=field_length(Artifact, "name"))
+    if upload is None or not name:
         raise BadInput("Send multipart fields 'attempt' and 'name' and a file 'file'.")
-    artifact = store_artifact(
-        job, device, _attempt(request.POST.get("attempt")), request.POST["name"], upload
-    )
+    artifact = store_artifact(job, device, _attempt(request.POST), name, upload)
     return JsonResponse(
         {
             "id": artifact.pk,

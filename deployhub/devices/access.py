@@ -19,4 +19,4 @@ def get_device_for_user(request, pk):
 
 def team_class(team, pk):
     """Return the team's device class with this id (as a form posts it); None for anything else."""
-    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdigit() else None
+    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdecimal() else None

@@ -5,6 +5,7 @@ import json
 from django import forms
 from django.db.models import Q
 
+from deployhub import json_input
 from deployhub.devices.models import DeviceClass
 from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import DatasetKind, VersionFormat
@@ -26,7 +27,24 @@ def team_classes(team):
 
 
 class PrettyJSONField(forms.JSONField):
-    """A JSON textarea that shows its value indented."""
+    """A JSON textarea that shows its value indented, and reads it as the API does: finite
+    numbers, bounded nesting, text PostgreSQL can store (deployhub/json_input.py)."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and value.strip():
+            try:
+                json_input.parse(value, "This JSON")
+            except json_input.JSONInputError as exc:
+                raise forms.ValidationError(str(exc), code="invalid") from exc
+        return super().to_python(value)
+
+    def bound_data(self, data, initial):
+        if isinstance(data, str) and data.strip():
+            try:
+                json_input.parse(data)
+            except json_input.JSONInputError:
+                return forms.fields.InvalidJSONInput(data)
+        return super().bound_data(data, initial)
 
     def prepare_value(self, value):
         if isinstance(value, str):

@@ -21,6 +21,8 @@ def current_team(request):
 
 def require_role(user, team, role):
     """Raise PermissionDenied unless the user holds at least `role` in `team`."""
+    if team is None:  # a user in no team yet: current_team() found none
+        raise PermissionDenied("You are in no team yet: ask a team's admin to add you.")
     held = team.role_of(user)
     if held is None or held < role:
         raise PermissionDenied(f"This needs the {Role(role).label.lower()} role in {team}.")

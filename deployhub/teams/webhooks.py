@@ -266,7 +266,7 @@ def add_webhook(team, user, url, events):
 def delete_webhook(team, user, webhook_id):
     """Delete one of the team's webhooks with its deliveries (admins), and record it."""
     require_role(user, team, Role.ADMIN)
-    if not str(webhook_id or "").isdigit():
+    if not str(webhook_id or "").isdecimal():
         return None
     webhook = Webhook.objects.filter(team=team, pk=webhook_id).first()
     if webhook is None:

@@ -1,0 +1,81 @@
+"""Read the JSON and text that people and devices send, as the hub can keep them.
+
+One parser for API bodies and for the JSON fields of forms: finite numbers only (NaN,
+Infinity and 1e400 are not JSON numbers, and PostgreSQL's jsonb refuses them), nested at
+most MAX_DEPTH levels (100,000 levels overflowed Python's stack), and text PostgreSQL can
+store (no NUL character, no lone surrogate). Imports no app: API views and forms share it.
+"""
+
+import json
+import math
+
+# No JSON the hub takes nests deeper (a fingerprint or a benchmark result is about 5 levels).
+MAX_DEPTH = 32
+
+
+class JSONInputError(ValueError):
+    """The JSON cannot be read or kept; the message says why, for the person who sent it."""
+
+
+def parse(raw, what="The body"):
+    """Return the JSON value of raw (str or UTF-8 bytes); raise JSONInputError otherwise."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError as exc:
+        raise JSONInputError(f"{what} is nested too deep: at most {MAX_DEPTH} levels.") from exc
+    except UnicodeDecodeError as exc:
+        raise JSONInputError(f"{what} is not UTF-8: {exc}") from exc
+    except JSONInputError:
+        raise
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise JSONInputError(f"{what} is not valid JSON: {exc}") from exc
+    check(value, what)
+    return value
+
+
+def _no_constant(name):
+    raise JSONInputError(f"{name} is not a JSON number: send a finite number.")
+
+
+def _finite(literal):
+    value = float(literal)
+    if not math.isfinite(value):
+        raise JSONInputError(f"The number {literal[:40]} is out of range: send a finite number.")
+    return value
+
+
+def check(value, what="The body"):
+    """Raise JSONInputError when a parsed value nests over MAX_DEPTH or holds text not to keep."""
+    pending = [(value, what, 1)]
+    while pending:
+        value, where, depth = pending.pop()
+        if isinstance(value, str):
+            check_text(value, where)
+            continue
+        if isinstance(value, dict | list) and depth > MAX_DEPTH:
+            raise JSONInputError(f"{what} is nested too deep: at most {MAX_DEPTH} levels.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise JSONInputError(f"{where} is {value}, which is not a JSON number.")
+        if isinstance(value, list):
+            pending.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                check_text(str(key), f"A key of {where}")
+                pending.append((item, key if where == "The body" else f"{where}.{key}", depth + 1))
+
+
+def text_problem(value):
+    """Say why PostgreSQL cannot store this text (a NUL, a lone surrogate), or return ""."""
+    if "\x00" in value:
+        return "contains a NUL character (\\u0000), which the hub does not store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+    return ""
+
+
+def check_text(value, where):
+    """Raise JSONInputError naming `where` when the text cannot be stored."""
+    if problem := text_problem(value):
+        raise JSONInputError(f"{str(where)[:100]} {problem}.")
