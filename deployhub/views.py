@@ -11,7 +11,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.devices.models import Device
-from deployhub.teams.access import teams_of
+from deployhub.teams.access import as_id, teams_of
 
 
 def _database_ok():
@@ -60,8 +60,8 @@ def home(request):
 @require_POST
 def switch_team(request):
     """Make one of the user's teams the active one, and stay on the same list page."""
-    chosen = request.POST.get("team", "")
-    if not chosen.isdecimal():
+    chosen = as_id(request.POST.get("team"))
+    if chosen is None:
         raise Http404("No such team.")
     team = get_object_or_404(teams_of(request.user), pk=chosen)
     request.session["team_id"] = team.pk

@@ -3,7 +3,7 @@
 from django.shortcuts import get_object_or_404
 
 from deployhub.devices.models import Device, DeviceClass
-from deployhub.teams.access import teams_of
+from deployhub.teams.access import as_id, teams_of
 
 
 def get_device_class_for_user(request, pk):
@@ -19,4 +19,5 @@ def get_device_for_user(request, pk):
 
 def team_class(team, pk):
     """Return the team's device class with this id (as a form posts it); None for anything else."""
-    return team.device_classes.filter(pk=pk).first() if str(pk or "").isdecimal() else None
+    pk = as_id(pk)
+    return team.device_classes.filter(pk=pk).first() if pk is not None else None

@@ -19,6 +19,13 @@ def current_team(request):
     return (chosen and teams.filter(pk=chosen).first()) or teams.first()
 
 
+def as_id(value):
+    """Return a form's id field as an int, or None when it is not one: "²" passes isdigit()
+    and 5,000 digits pass isdecimal(), but neither is a database id."""
+    text = str(value or "").strip()
+    return int(text) if text.isdecimal() and len(text) <= 18 else None
+
+
 def require_role(user, team, role):
     """Raise PermissionDenied unless the user holds at least `role` in `team`."""
     if team is None:  # a user in no team yet: current_team() found none

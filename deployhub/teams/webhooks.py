@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from deployhub.teams.access import require_role
+from deployhub.teams.access import as_id, require_role
 from deployhub.teams.models import (
     DeliveryState,
     Event,
@@ -266,7 +266,8 @@ def add_webhook(team, user, url, events):
 def delete_webhook(team, user, webhook_id):
     """Delete one of the team's webhooks with its deliveries (admins), and record it."""
     require_role(user, team, Role.ADMIN)
-    if not str(webhook_id or "").isdecimal():
+    webhook_id = as_id(webhook_id)
+    if webhook_id is None:
         return None
     webhook = Webhook.objects.filter(team=team, pk=webhook_id).first()
     if webhook is None:
