@@ -18,9 +18,14 @@ class JSONInputError(ValueError):
 
 
 def parse(raw, what="The body"):
-    """Return the JSON value of raw (str or UTF-8 bytes); raise JSONInputError otherwise."""
+    """Return the JSON value of raw (str or UTF-8 bytes); raise JSONInputError otherwise.
+
+    Bytes are UTF-8 (RFC 8259): json.loads alone would also take UTF-16 and UTF-32, and
+    their lone surrogates.
+    """
     try:
-        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError as exc:
         raise JSONInputError(f"{what} is nested too deep: at most {MAX_DEPTH} levels.") from exc
     except UnicodeDecodeError as exc:

@@ -101,6 +101,7 @@ RAW_JSON = [
     deep(40, '{"a":'),
     b'{"device_class": "\xff\xfe", "name": "\xc3"}',
     b"\xff\xfe\xfd",
+    '{"message": "\ud800", "name": "\ud800"}'.encode("utf-16-le", "surrogatepass"),
     b'{"a": NaN, "b": Infinity}',
     b'{"attempt": 1e400}',
     b'{"attempt": ' + b"9" * 5000 + b"}",

@@ -89,6 +89,16 @@ def test_it_refuses_a_body_that_is_not_utf8(client, alice, version):
     assert_refused(response, says="UTF-8")
 
 
+def test_it_refuses_a_body_in_utf16_that_holds_a_lone_surrogate(client, running_job):
+    job, headers = running_job
+    before = Job.objects.get(pk=job.pk).message
+    body = '{"attempt": 1, "message": "\ud800"}'.encode("utf-16-le", "surrogatepass")
+    response = post_raw(client, f"/api/v1/jobs/{job.pk}/heartbeat", body, headers)
+    assert_refused(response, says="UTF-8")
+    job.refresh_from_db()
+    assert job.message == before
+
+
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_it_refuses_numbers_json_does_not_have(client, running_job, constant):
     job, headers = running_job
