@@ -260,12 +260,32 @@ def test_it_answers_a_method_the_call_does_not_take_with_a_json_405(client, alic
     assert "GET" in error and response["Allow"] == "GET, POST"
 
 
-def test_it_answers_a_job_of_another_team_to_a_device_with_a_json_404(
-    client, device_headers, charlie
-):
+def test_it_answers_an_unknown_job_to_a_device_with_a_json_404(client, device_headers):
     _, headers = device_headers
     response = client.get("/api/v1/jobs/999999/inputs/model", **headers)
     assert_refused(response, 404)
+
+
+def test_it_answers_a_crash_under_the_api_with_a_json_500(client, alice, device_class, monkeypatch):
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("deployhub.api.pipelines.device_class_json", crash)
+    client.raise_request_exception = False
+    response = client.get("/api/v1/device-classes", **token_for(alice))
+    error = assert_refused(response, 500, says="failed")
+    assert "boom" not in error
+
+
+def test_it_still_reads_a_json_body_sent_as_a_form_as_curl_d_does(client, device_headers):
+    device, headers = device_headers
+    body = json.dumps({"fingerprint": {"cpu": {"model": "X"}}})
+    response = post_raw(
+        client, "/api/v1/device/heartbeat", body, headers, "application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 200, response.content
+    device.refresh_from_db()
+    assert device.fingerprint["cpu"]["model"] == "X"
 
 
 def test_it_answers_a_json_body_over_the_size_limit_with_a_json_413(
