@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from deployhub.jobs.actions import claim_job, reap_expired_jobs, submit_job
@@ -68,3 +69,38 @@ def test_the_hub_worker_runs_the_reaper_on_a_schedule():
     entry = app.conf.beat_schedule["reap-expired-leases"]
     assert entry["task"] == "deployhub.jobs.reap"
     assert "deployhub.jobs.reap" in app.tasks
+
+
+def a_lease_later():
+    return timezone.now() + timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS + 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_again_a_queued_job_whose_message_the_broker_lost(job, broker):
+    queue = job.device_class.queue
+    assert broker.llen(queue) == 1
+    broker.delete(queue)  # Redis restarted without its data (the soak's redis-restart fault)
+
+    reap_expired_jobs(now=a_lease_later())
+
+    assert broker.llen(queue) == 1
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == JobState.QUEUED and job.attempt == 1
+    assert "its message is not on the broker: sent again" in job.log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_leaves_a_queued_job_whose_message_waits_alone(job, broker):
+    reap_expired_jobs(now=a_lease_later())
+
+    assert broker.llen(job.device_class.queue) == 1
+    assert "sent again" not in Job.objects.get(pk=job.pk).log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_waits_a_lease_before_it_calls_a_message_lost(job, broker):
+    broker.delete(job.device_class.queue)  # a worker took it and is claiming it right now
+
+    reap_expired_jobs()
+
+    assert broker.llen(job.device_class.queue) == 0

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from deployhub.devices.models import DeviceClass
 from deployhub.jobs import kinds
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import FAILURE_CATEGORIES, Job, JobKind, JobState
@@ -291,6 +292,7 @@ def reap_expired_jobs(now=None):
                 _reap(job, now)
                 reaped.append(job)
     _resend_unsent(now)
+    _resend_lost(now)
     return reaped
 
 
@@ -299,3 +301,52 @@ def _resend_unsent(now):
     unsent = Job.objects.filter(state=JobState.QUEUED, sent_at__isnull=True, created_at__lt=stale)
     for job in unsent.select_related("device_class"):
         send_job(job.pk, job.attempt, job.device_class.queue)
+
+
+def _resend_lost(now):
+    """Resend queued jobs whose messages the broker no longer holds.
+
+    A broker restarted without its data, or a worker that took a message and died (or
+    gave up on a hub answering 503) before claiming, leaves a job queued that no
+    message names: nothing would ever run it. When a queue holds fewer messages than
+    its sent, unclaimed jobs, the ones sent longest ago (over a lease's length) go
+    again. A job whose message was there after all gets two: the second claim is
+    refused (409) and dropped.
+    """
+    stale = now - timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
+    sent = Job.objects.filter(state=JobState.QUEUED, sent_at__isnull=False)
+    late = DeviceClass.objects.filter(jobs__in=sent.filter(sent_at__lt=stale)).distinct()
+    for device_class in late:
+        jobs = sent.filter(device_class=device_class)
+        waiting = queue_depth(device_class.queue)
+        missing = 0 if waiting is None else jobs.count() - waiting
+        oldest = jobs.filter(sent_at__lt=stale).order_by("sent_at")[: max(missing, 0)]
+        for job_id in oldest.values_list("pk", flat=True):
+            _send_again(job_id)
+
+
+def _send_again(job_id):
+    with transaction.atomic():
+        job = _locked(job_id)
+        if job.state == JobState.QUEUED:
+            job.append_log("its message is not on the broker: sent again")
+            job.save(update_fields=["log"])
+            _enqueue(job)
+
+
+def queue_depth(queue):
+    """Return how many messages wait in a queue, or None when the broker does not answer."""
+    from kombu.exceptions import ChannelError, OperationalError
+
+    from deployhub.celery import app
+
+    with app.connection_for_write() as connection:
+        try:
+            connection.ensure_connection(max_retries=1, timeout=2)
+            with connection.channel() as channel:
+                return channel.queue_declare(queue=queue, passive=True).message_count
+        except ChannelError:  # no such queue: nothing waits in it
+            return 0
+        except (OperationalError, *connection.connection_errors) as exc:
+            logger.warning("cannot count the messages in %s: %s", queue, exc)
+            return None
