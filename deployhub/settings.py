@@ -125,6 +125,8 @@ MIDDLEWARE = [
     "deployhub.teams.actor.ActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Late, so it sees a view's error first: database down 503, storage full 507, as JSON.
+    "deployhub.outage.OutageMiddleware",
     # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -152,6 +154,8 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'deployhub.sqlite3'}"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        # A kept connection is checked before reuse: a restarted database costs no request.
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
