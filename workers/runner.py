@@ -28,7 +28,7 @@ from workers.benchmark import (
     create_session,
     read_settings,
 )
-from workers.client import Conflict, HubError
+from workers.client import RETRY_STATUSES, Conflict, HubError, HubUnreachable
 from workers.convert import conversion_line, convert_onnx
 from workers.errors import ERROR_MAX_CHARS, Cancelled, JobError, one_line
 from workers.evaluate import evaluate
@@ -67,6 +67,10 @@ DEFAULT_COMPILE_TIMEOUT = 1800
 COMPILE_FUNCTION = "workers.backends.isolate.compile_backend"
 SMOKE_TEST_FUNCTION = "workers.backends.isolate.smoke_test"
 CHUNK_BYTES = 1024 * 1024
+# Downloads, uploads and the completion wait this long for a hub that answers 503 or not at
+# all (its database restarting): giving up would throw the work away and run the job again.
+HUB_PATIENCE_SECONDS = 120
+HUB_RETRY_PAUSE_SECONDS = 2
 
 
 def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None, signing_public_key=None):
@@ -249,7 +253,7 @@ class JobRun:
     def _download_file(self, name, info, dest):
         """Download a job input to dest, checking its size and sha256."""
         args = (self.job["id"], name, dest, info["sha256"], info["size"])
-        return self.client.download_input(*args)
+        return patiently(self.client.download_input, *args)
 
     def _download_engine(self, name, info, dest):
         """Download an engine and check size, sha256 and the hub's signature before any load."""
@@ -259,7 +263,7 @@ class JobRun:
                 "verify engines and will not load one: upgrade the hub"
             )
         args = (info["id"], dest, info["sha256"], info["size"], name)
-        path = self.client.download_engine(*args)
+        path = patiently(self.client.download_engine, *args)
         try:
             signing.verify(info["sha256"], info.get("signature") or "", self.signing_public_key)
         except signing.TamperedEngine:
@@ -274,7 +278,9 @@ class JobRun:
             raise Cancelled(f"stopped before uploading {name}")
         sha256 = _file_sha256(path)
         self.log.add(f"uploading artifact {name} ({Path(path).stat().st_size} bytes)")
-        stored = self.client.upload_artifact(self.job["id"], self.job["attempt"], name, path)
+        stored = patiently(
+            self.client.upload_artifact, self.job["id"], self.job["attempt"], name, path
+        )
         if stored.get("sha256", sha256) != sha256:
             raise JobError(f"the hub stored artifact {name} with another sha256 than the worker's")
         self.log.add(f"artifact {name} uploaded (sha256 {sha256[:12]}...)")
@@ -285,7 +291,8 @@ class JobRun:
         text, mark = self.log.unsent()
         log = text + (trace or "")
         try:
-            self.client.complete(
+            patiently(
+                self.client.complete,
                 self.job["id"],
                 self.job["attempt"],
                 state,
@@ -757,6 +764,20 @@ def _check_before_download(job_run):
 def _is_lost(error):
     """Return True when the hub's answer means the job is no longer ours."""
     return isinstance(error, Conflict) or error.status == 403
+
+
+def patiently(call, *args, **kwargs):
+    """Call the hub, retrying for HUB_PATIENCE_SECONDS while it is unavailable (503, down)."""
+    deadline = time.monotonic() + HUB_PATIENCE_SECONDS
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except HubError as error:
+            unavailable = isinstance(error, HubUnreachable) or error.status in RETRY_STATUSES
+            if not unavailable or time.monotonic() > deadline:
+                raise
+            logger.warning("the hub is unavailable, trying again: %s", error)
+        time.sleep(HUB_RETRY_PAUSE_SECONDS)
 
 
 def _file_sha256(path):
