@@ -1,0 +1,694 @@
+"""`make soak`: break a private scaled-out DeployHub and count what survives (issue 15, faults).
+
+Starts its own PostgreSQL and Redis on spare ports and its own storage folder (a small
+tmpfs when this machine lets us mount one), the hub under gunicorn, the hub worker
+(the reaper) and beat, and real device workers, all as processes (tests/soak_stack.py);
+the shared services on 5432/6379 are never touched. Then it runs the faults one after
+another with cheap jobs (no-op jobs, short benchmarks and compiles of the demo model):
+
+1. worker-kill     kill -9 a worker mid-compile, SIGTERM a worker mid-job, kill -9 the
+                   hub worker (the reaper) while a lease runs out; each is restarted
+2. redis-restart   restart Redis (persistence off: its messages are gone) with jobs
+                   queued and running
+3. redis-outage    stop Redis while the hub commits new jobs; start it again later
+4. postgres-restart  restart PostgreSQL under load (uploads, submissions, results)
+5. storage-full    fill the storage filesystem, then upload a model and build an engine
+6. clock-skew      workers whose clocks are 10 minutes ahead and behind hold leases
+
+Each fault prints what it did and what it found: jobs submitted, finished, lost (not
+final in time), run twice (a job's result recorded twice) and orphan files (files
+without rows, rows without files, half-written uploads). Exit 0 when every fault finds
+0 lost, 0 run twice and 0 orphans (and `make soak` ran at least 500 jobs).
+`--short` (tests/test_soak_short.py, in `make test`) runs fewer jobs and shorter outages.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.private_services import wait_for  # noqa: E402
+from tests.soak_stack import Stack, http_json  # noqa: E402
+from tests.soak_world import (  # noqa: E402
+    CLASS_SLUG,
+    DEVICES,
+    SKEWED,
+    UNPUBLISHED,
+    Jobs,
+    Load,
+    configure_django,
+    db_retry,
+    make_world,
+    outcome,
+    storage_audit,
+)
+
+MIN_JOBS = 500
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much each fault does: `make soak` runs FULL, `make test` SHORT."""
+
+    lease_seconds: int
+    noops: int  # no-op jobs per fault batch
+    redis_outage_s: float
+    postgres_outage_s: float
+    long_job_s: float  # a benchmark long enough to be caught mid-job
+    settle_s: int  # how long a fault's jobs may take to end
+    min_jobs: int
+
+
+# PostgreSQL stays down for less than a lease: results wait for it instead of being lost.
+FULL = Plan(
+    lease_seconds=12,
+    noops=90,
+    redis_outage_s=30,
+    postgres_outage_s=10,
+    long_job_s=4,
+    settle_s=300,
+    min_jobs=MIN_JOBS,
+)
+SHORT = Plan(
+    lease_seconds=8,
+    noops=12,
+    redis_outage_s=6,
+    postgres_outage_s=5,
+    long_job_s=3,
+    settle_s=150,
+    min_jobs=0,
+)
+
+
+@dataclass
+class Finding:
+    """What one fault did and found."""
+
+    name: str
+    title: str
+    did: list = field(default_factory=list)
+    jobs: list = field(default_factory=list)
+    expected_failures: set = field(default_factory=set)  # job ids meant to fail (storage full)
+    checks: dict = field(default_factory=dict)  # what was checked -> (passed, detail)
+    figures: dict = field(default_factory=dict)
+    skipped: str = ""
+
+    def say(self, line):
+        self.did.append(line)
+        print(f"   {line}", flush=True)
+
+    def check(self, what, passed, detail=""):
+        self.checks[what] = (bool(passed), detail)
+
+    @property
+    def ok(self):
+        f = self.figures
+        clean = not (f.get("lost") or f.get("run_twice") or f.get("orphans"))
+        unexpected = f.get("failed_unexpectedly", 0)
+        return self.skipped != "" or (
+            clean and not unexpected and all(p for p, _ in self.checks.values())
+        )
+
+
+# ---------------------------------------------------------------- the soak
+
+
+class Soak:
+    def __init__(self, stack, world, plan):
+        self.stack, self.world, self.plan = stack, world, plan
+        self.jobs = Jobs(stack, world)
+        self.findings = []
+        self.stalls = []
+
+    # -- workers
+
+    def start_workers(self, names=DEVICES):
+        for name in names:
+            offset = SKEWED.get(name, 0)
+            self.stack.start_worker(name, self.world.device_tokens[name], clock_offset=offset)
+
+    def worker_of(self, job):
+        return job.device.name
+
+    # -- waiting
+
+    def settle(self, finding, job_ids=None):
+        """Wait until the fault's jobs are final; restart workers that stall; say so."""
+        job_ids = finding.jobs if job_ids is None else job_ids
+        deadline = time.monotonic() + self.plan.settle_s
+        still_for = max(4 * self.plan.lease_seconds, 20)
+        last, changed = None, time.monotonic()
+        while time.monotonic() < deadline:
+            states = self.jobs.states(job_ids)
+            if states["queued"] + states["running"] == 0:
+                return True
+            if states != last:
+                last, changed = states, time.monotonic()
+            elif time.monotonic() - changed > still_for and states["queued"]:
+                self.look_at_stall(finding, states)
+                changed = time.monotonic()
+            time.sleep(0.3)
+        finding.say(f"gave up waiting after {self.plan.settle_s} s: {dict(last)}")
+        return False
+
+    def look_at_stall(self, finding, states):
+        """Jobs queued and nothing moving: messages waiting with workers connected is the
+        "connected but not consuming" stall (restart the workers); no messages at all is
+        the hub's to fix (its reaper resends lost messages), so only say so."""
+        depth = self.queue_depth()
+        alive = [name for name, process in self.stack.workers.items() if process.running]
+        if not depth:
+            finding.say(f"{states['queued']} jobs queued, {depth} messages on the broker")
+            return
+        line = (
+            f"STALL: {states['queued']} jobs queued, {depth} messages waiting, workers "
+            f"{', '.join(alive) or 'none'} connected and taking none: restarting them"
+        )
+        finding.say(line)
+        self.stalls.append(line)
+        for name in alive:
+            self.stack.workers[name].kill9()
+            self.start_workers([name])
+
+    def queue_depth(self):
+        """Messages waiting in the class's queue (Redis LLEN), or None when Redis is down."""
+        import redis
+
+        client = redis.Redis.from_url(self.stack.redis.url(), socket_connect_timeout=1)
+        try:
+            return client.llen(f"dc.{CLASS_SLUG}")
+        except redis.RedisError:
+            return None
+
+    # -- reporting
+
+    def conclude(self, finding):
+        """Count the fault's jobs and the storage; print and keep the finding."""
+        figures = db_retry(lambda: outcome(finding.jobs, finding.expected_failures))
+        audit = db_retry(lambda: storage_audit(self.stack.storage))
+        figures["orphans"] = sum(len(v) for v in audit.values())
+        figures["orphan_detail"] = {k: v[:5] for k, v in audit.items() if v}
+        finding.figures = figures
+        self.findings.append(finding)
+        print_finding(finding)
+        return finding
+
+
+def print_finding(finding):
+    f = finding.figures
+    print(
+        f"   jobs: submitted {f['submitted']}, finished {f['finished']} (succeeded "
+        f"{f['succeeded']}, failed {f['failed']}, cancelled {f['cancelled']}), lost {f['lost']}, "
+        f"run twice {f['run_twice']}; re-run attempts {f['rerun_attempts']}, messages lost "
+        f"and sent again {f['sent_again']}, benchmark results missing {f['results_missing']}"
+    )
+    if f["failures"]:
+        print(f"   unexpected failures: {f['failures']}")
+    print(f"   files: orphans {f['orphans']} {f['orphan_detail'] or ''}".rstrip())
+    for what, (passed, detail) in finding.checks.items():
+        print(f"   {'ok  ' if passed else 'FAIL'} {what}{': ' + detail if detail else ''}")
+    print(f"   => {'OK' if finding.ok else 'FAILED'}", flush=True)
+
+
+def begin(name, title):
+    print(f"\n== {name}: {title}", flush=True)
+    return Finding(name, title)
+
+
+# ---------------------------------------------------------------- 1. worker kills
+
+
+def fault_worker_kill(soak):
+    finding = begin(
+        "worker-kill",
+        "kill -9 a worker mid-compile; SIGTERM a worker mid-job; kill -9 the hub worker",
+    )
+    kill_mid_compile(soak, finding)
+    terminate_mid_job(soak, finding)
+    kill_the_reaper(soak, finding)
+    soak.settle(finding)
+    return soak.conclude(finding)
+
+
+def kill_mid_compile(soak, finding):
+    jobs, stack = soak.jobs, soak.stack
+    compile_id = jobs.compile()
+    finding.jobs += [compile_id, *jobs.noops(soak.plan.noops // 2)]
+    job = jobs.wait_running(compile_id, 60)
+    victim = soak.worker_of(job)
+    wait_for(lambda: "input model verified" in jobs.get(compile_id).log, 30, "the build to start")
+    stack.workers[victim].kill9()
+    last_line = jobs.get(compile_id).log.strip().splitlines()[-1].split(" ", 1)[-1]
+    finding.say(
+        f"kill -9 worker {victim} while compile job {compile_id} was building (attempt "
+        f"{job.attempt}, its last log line: {last_line!r}); restarted it"
+    )
+    soak.start_workers([victim])
+    soak.settle(finding, [compile_id])
+    done = jobs.get(compile_id)
+    from deployhub.engines.models import Engine
+
+    engines = Engine.objects.filter(model_version=soak.world.version).count()
+    finding.check(
+        "the compile finished on a later attempt and left exactly one engine",
+        done.state == "succeeded" and done.attempt > 1 and engines == 1,
+        f"{done.state} on attempt {done.attempt}, {engines} engine(s)",
+    )
+
+
+def terminate_mid_job(soak, finding):
+    jobs, stack = soak.jobs, soak.stack
+    long_id = jobs.benchmark(soak.plan.long_job_s)
+    finding.jobs += [long_id, *jobs.noops(soak.plan.noops // 2)]
+    job = jobs.wait_running(long_id, 60, progressed=True)
+    victim = soak.worker_of(job)
+    started = time.monotonic()
+    exited = stack.terminate_worker(victim)
+    waited = time.monotonic() - started
+    after = jobs.get(long_id)
+    finding.say(
+        f"SIGTERM worker {victim} while benchmark job {long_id} ran (progress "
+        f"{job.progress:.2f}): it {'exited' if exited else 'did not exit; killed'} after "
+        f"{waited:.1f} s, the job {after.state} on attempt {after.attempt}; restarted it"
+    )
+    finding.check(
+        "a SIGTERM lets the running job finish before the worker exits (warm shutdown)",
+        exited and after.state == "succeeded" and after.attempt == 1,
+        f"{after.state} on attempt {after.attempt}",
+    )
+    soak.start_workers([victim])
+
+
+def kill_the_reaper(soak, finding):
+    jobs, stack, lease = soak.jobs, soak.stack, soak.plan.lease_seconds
+    stack.hub_worker.kill9()
+    long_id = jobs.benchmark(soak.plan.long_job_s)
+    finding.jobs.append(long_id)
+    job = jobs.wait_running(long_id, 60, progressed=True)
+    victim = soak.worker_of(job)
+    stack.workers[victim].kill9()
+    soak.start_workers([victim])
+    time.sleep(lease + 3)
+    stuck = jobs.get(long_id)
+    finding.say(
+        f"kill -9 the hub worker, then kill -9 worker {victim} running job {long_id}: "
+        f"{lease + 3} s later (lease {lease} s) the job is {stuck.state}, attempt {stuck.attempt}"
+    )
+    finding.jobs += jobs.noops(soak.plan.noops // 4)
+    stack.restart_hub_worker()
+    started = time.monotonic()
+    wait_for(lambda: jobs.get(long_id).attempt > 1, 60, "the restarted reaper to re-queue it")
+    finding.say(
+        f"restarted the hub worker: it re-queued job {long_id} within "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    finding.check(
+        "nothing reaps while the hub worker is down; its restart re-queues the lost job",
+        stuck.state == "running" and stuck.attempt == 1,
+        f"{stuck.state} on attempt {stuck.attempt} while it was down",
+    )
+
+
+# ---------------------------------------------------------------- 2. Redis
+
+
+def fault_redis_restart(soak):
+    finding = begin(
+        "redis-restart", "restart Redis (its messages lost) with jobs queued and running"
+    )
+    jobs, stack = soak.jobs, soak.stack
+    busy = [jobs.benchmark(2 * soak.plan.long_job_s) for _ in stack.workers]  # one each
+    finding.jobs += [*busy, *jobs.noops(soak.plan.noops)]  # queued behind them
+    for job_id in busy:
+        jobs.wait_running(job_id, 60, progressed=True)
+    states = jobs.states(finding.jobs)
+    depth = soak.queue_depth()
+    stack.redis.stop()
+    stack.redis.start()
+    finding.say(
+        f"restarted Redis with {states['queued']} jobs queued ({depth} messages in the "
+        f"queue) and {states['running']} running; the restarted Redis holds none of them"
+    )
+    started = time.monotonic()
+    soak.settle(finding)
+    finding.say(f"every job ended {time.monotonic() - started:.1f} s after the restart")
+    check_consuming(soak, finding)
+    return soak.conclude(finding)
+
+
+def fault_redis_outage(soak):
+    outage = soak.plan.redis_outage_s
+    finding = begin(
+        "redis-outage", f"stop Redis while the hub commits new jobs; start it {outage:g} s later"
+    )
+    jobs, stack = soak.jobs, soak.stack
+    stack.redis.stop()
+    statuses, slowest, unpublished = Counter(), 0.0, UNPUBLISHED.count
+    stop_at = time.monotonic() + outage
+    while time.monotonic() < stop_at:
+        began = time.monotonic()
+        job_id, (status, _, _) = jobs.benchmark_by_api()
+        slowest = max(slowest, time.monotonic() - began)
+        statuses[status] += 1
+        finding.jobs += [job_id] if job_id else []
+        finding.jobs += jobs.noops(2)
+        time.sleep(0.2)
+    stack.redis.start()
+    finding.say(
+        f"stopped Redis for {outage:g} s; meanwhile the hub accepted {statuses[202]} benchmark "
+        f"requests over HTTP (answers {dict(statuses)}, slowest {slowest:.1f} s) and this "
+        f"process committed {len(finding.jobs) - statuses[202]} no-op jobs (it could not "
+        f"publish {UNPUBLISHED.count - unpublished} of them); started Redis again"
+    )
+    finding.check(
+        "the hub accepts jobs while the broker is down", set(statuses) == {202}, str(dict(statuses))
+    )
+    started = time.monotonic()
+    soak.settle(finding)
+    finding.say(f"every job ended {time.monotonic() - started:.1f} s after Redis came back")
+    check_consuming(soak, finding)
+    return soak.conclude(finding)
+
+
+def check_consuming(soak, finding):
+    """Every worker takes jobs again after the broker came back (no connected-but-idle stall)."""
+    probe = soak.jobs.noops(4 * len(soak.stack.workers))
+    finding.jobs += probe
+    soak.settle(finding, probe)
+    from deployhub.jobs.models import Job
+
+    takers = Counter(Job.objects.filter(pk__in=probe).values_list("device__name", flat=True))
+    idle = [name for name in soak.stack.workers if not takers[name]]
+    finding.check(
+        "every worker consumes again (a probe batch reaches each)",
+        not idle,
+        f"jobs per worker {dict(takers)}" + (f"; idle: {idle}" if idle else ""),
+    )
+
+
+# ---------------------------------------------------------------- 3. PostgreSQL
+
+
+def fault_postgres_restart(soak):
+    outage = soak.plan.postgres_outage_s
+    finding = begin("postgres-restart", f"restart PostgreSQL under load ({outage:g} s down)")
+    jobs, stack = soak.jobs, soak.stack
+    with Load(soak) as load:
+        time.sleep(1)
+        # Busy workers when it stops: claims, engine uploads and results meet the outage.
+        busy = [jobs.benchmark(1.0) for _ in stack.workers]
+        finding.jobs += [*busy, jobs.compile(), jobs.benchmark(1.0), jobs.compile()]
+        finding.jobs += jobs.noops(soak.plan.noops)
+        for job_id in busy:
+            jobs.wait_running(job_id, 60, progressed=True, or_done=True)
+        stack.postgres.stop("fast")
+        down = time.monotonic()
+        time.sleep(outage)
+        stack.postgres.start()
+        back = time.monotonic()
+        healthy = wait_for(lambda: stack.health()[0] == 200 and time.monotonic(), 60, "/healthz")
+        time.sleep(2)
+    finding.say(
+        f"stopped PostgreSQL (fast shutdown) under load for {back - down:.1f} s; the hub "
+        f"answered /healthz 200 again {healthy - back:.1f} s after it came back"
+    )
+    answers = ", ".join(f"{e} {s}: {n}" for (e, s), n in sorted(load.answers.items(), key=str))
+    finding.say(f"answers meanwhile: {answers}")
+    finding.check(
+        "while the database is down the hub answers 503 with a JSON error and Retry-After, "
+        "never another 5xx",
+        not load.bad and any(s == 503 for (_, s) in load.answers),
+        "; ".join(sorted(set(load.bad))[:5]) or "every 5xx was a 503 with a JSON error",
+    )
+    finding.jobs += load.submitted
+    soak.settle(finding)
+    check_uploads(soak, finding, load.uploads)
+    return soak.conclude(finding)
+
+
+def check_uploads(soak, finding, uploads):
+    """Every upload the hub acknowledged (201) is a version with its file."""
+    from deployhub.registry.models import ModelVersion
+
+    kept = {
+        v.pk: v
+        for v in ModelVersion.objects.filter(pk__in=[pk for pk, _ in uploads])
+        if v.file and (Path(soak.stack.storage) / v.file.name).exists()
+    }
+    lost = [pk for pk, sha in uploads if pk not in kept or kept[pk].sha256 != sha]
+    finding.check(
+        "every acknowledged upload is stored with its file",
+        not lost,
+        f"{len(uploads)} acknowledged, {len(lost)} lost {lost[:5] or ''}".rstrip(),
+    )
+
+
+# ---------------------------------------------------------------- 4. storage full
+
+
+def fault_storage_full(soak):
+    finding = begin("storage-full", "storage full during an upload and during an engine upload")
+    stack, jobs = soak.stack, soak.jobs
+    if not stack.tmpfs:
+        finding.skipped = "cannot mount a small tmpfs here (needs root): not run"
+        finding.say(finding.skipped)
+        return soak.conclude(finding)
+    ballast = fill(stack.storage, leave=16 * 1024)
+    finding.say(f"filled the {stack.storage_free_bytes() // 1024} KiB-free storage tmpfs")
+    try:
+        upload_when_full(soak, finding)
+        engine_when_full(soak, finding)
+    finally:
+        ballast.unlink()
+    finding.say("freed the space again")
+    after = [jobs.compile(), *jobs.noops(soak.plan.noops // 2)]
+    finding.jobs += after
+    soak.settle(finding)
+    finding.check(
+        "with space again, builds and jobs succeed",
+        jobs.states(after)["succeeded"] == len(after),
+        str(dict(jobs.states(after))),
+    )
+    return soak.conclude(finding)
+
+
+def fill(folder, leave):
+    """Write a ballast file until the filesystem is full, then free `leave` bytes of it."""
+    ballast = Path(folder) / "ballast"
+    with open(ballast, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+        except OSError:
+            pass
+    size = ballast.stat().st_size
+    os.truncate(ballast, max(0, size - leave))
+    return ballast
+
+
+def upload_when_full(soak, finding):
+    from deployhub.registry.models import ModelVersion
+
+    before = ModelVersion.objects.count()
+    url = f"{soak.stack.url}/api/v1/models/{soak.world.model.pk}/versions"
+    content = (ROOT / "deployhub" / "demo" / "assets" / "digits_cnn_v1.onnx").read_bytes()
+    status, body, _ = http_json(
+        "POST", url, token=soak.world.api_token, files={"file": ("full.onnx", content)}
+    )
+    finding.say(f"uploaded a {len(content) // 1024} KiB model: the hub answered {status} {body}")
+    leftovers = [p for p in (Path(soak.stack.storage) / "tmp").rglob("*") if p.is_file()]
+    finding.check(
+        "a model upload onto a full disk is refused with a clear JSON error and stores nothing",
+        status == 507
+        and isinstance(body, dict)
+        and "storage" in body.get("error", "").lower()
+        and ModelVersion.objects.count() == before
+        and not leftovers,
+        f"{status}, {ModelVersion.objects.count() - before} new versions, "
+        f"{len(leftovers)} temporary files left",
+    )
+
+
+def engine_when_full(soak, finding):
+    jobs = soak.jobs
+    compile_id = jobs.compile()
+    finding.jobs.append(compile_id)
+    finding.expected_failures.add(compile_id)
+    soak.settle(finding, [compile_id])
+    job = jobs.get(compile_id)
+    finding.say(f"compile job {compile_id} on the full disk: {job.state}: {job.error[:200]}")
+    finding.check(
+        "an engine upload onto a full disk fails its job with a clear error",
+        job.state == "failed" and "storage" in job.error.lower(),
+        job.error[:120],
+    )
+
+
+# ---------------------------------------------------------------- 5. clock skew
+
+
+def fault_clock_skew(soak):
+    finding = begin("clock-skew", "workers whose clocks are 10 minutes ahead and behind")
+    stack, jobs, lease = soak.stack, soak.jobs, soak.plan.lease_seconds
+    for name in DEVICES:
+        stack.terminate_worker(name)
+    soak.start_workers(list(SKEWED))
+    finding.say("stopped the workers; started 'ahead' (clock +600 s) and 'behind' (clock -600 s)")
+    held = [jobs.benchmark(2.5 * lease) for _ in SKEWED]
+    finding.jobs += [*held, *jobs.noops(soak.plan.noops)]
+    soak.settle(finding)
+    ran = [jobs.get(job_id) for job_id in held]
+    finding.check(
+        f"benchmarks longer than two leases ({2.5 * lease:g} s) finish on their first attempt",
+        all(j.state == "succeeded" and j.attempt == 1 for j in ran),
+        ", ".join(f"job {j.pk} {j.state} attempt {j.attempt} on {j.device}" for j in ran),
+    )
+    reap_on_hub_clock(soak, finding)
+    for name in SKEWED:
+        stack.workers.pop(name).stop()
+    soak.start_workers()
+    return soak.conclude(finding)
+
+
+def reap_on_hub_clock(soak, finding):
+    """A skewed worker killed mid-job loses its lease on the hub's clock, not its own."""
+    jobs, stack, lease = soak.jobs, soak.stack, soak.plan.lease_seconds
+    long_id = jobs.benchmark(soak.plan.long_job_s * 2)
+    finding.jobs.append(long_id)
+    job = jobs.wait_running(long_id, 60, progressed=True)
+    victim = soak.worker_of(job)
+    stack.workers[victim].kill9()
+    killed = time.monotonic()
+    wait_for(lambda: jobs.get(long_id).attempt > 1, 120, "the lease to expire")
+    took = time.monotonic() - killed
+    soak.start_workers([victim])
+    soak.settle(finding, [long_id])
+    done = jobs.get(long_id)
+    finding.say(
+        f"kill -9 worker {victim} mid-job: the hub re-queued job {long_id} {took:.1f} s later "
+        f"(lease {lease} s); it {done.state} on {done.device}"
+    )
+    limit = lease + 3 * stack.reaper_interval + 5
+    finding.check(
+        "the hub expires a skewed worker's lease on its own clock",
+        took <= limit and done.state == "succeeded",
+        f"re-queued after {took:.1f} s (limit {limit} s)",
+    )
+
+
+FAULTS = {
+    "worker-kill": fault_worker_kill,
+    "redis-restart": fault_redis_restart,
+    "redis-outage": fault_redis_outage,
+    "postgres-restart": fault_postgres_restart,
+    "storage-full": fault_storage_full,
+    "clock-skew": fault_clock_skew,
+}
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="fewer jobs, shorter outages")
+    parser.add_argument(
+        "--worker-python",
+        default=sys.executable,
+        help="Python of the hub and worker processes (make soak: .venv's)",
+    )
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated faults of: {', '.join(FAULTS)}"
+    )
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the stack's folder (logs)")
+    return parser.parse_args(argv)
+
+
+def summarise(findings, plan, seconds):
+    totals = Counter()
+    for finding in findings:
+        for key in ("submitted", "finished", "lost", "run_twice", "orphans", "rerun_attempts"):
+            totals[key] += finding.figures.get(key, 0)
+    enough = totals["submitted"] >= plan.min_jobs
+    passed = enough and all(f.ok for f in findings)
+    print(
+        f"\nTOTAL over {len(findings)} faults in {seconds:.0f} s: jobs submitted "
+        f"{totals['submitted']}, finished {totals['finished']}, lost {totals['lost']}, run twice "
+        f"{totals['run_twice']}, orphan files {totals['orphans']} (re-run attempts "
+        f"{totals['rerun_attempts']})"
+        + ("" if enough else f"; fewer than the {plan.min_jobs} jobs asked for")
+    )
+    print(f"SOAK {'PASSED' if passed else 'FAILED'}", flush=True)
+    return passed, totals
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    plan = SHORT if args.short else FULL
+    chosen = [name for name in (args.only.split(",") if args.only else FAULTS) if name]
+    folder = Path(tempfile.mkdtemp(prefix="deployhub-soak-"))
+    stack = Stack(folder, args.worker_python, plan.lease_seconds)
+    began, findings, passed = time.monotonic(), [], False
+    print(f"soak: stack in {folder} ({'short' if args.short else 'full'} form)", flush=True)
+    try:
+        run_faults(stack, plan, chosen, findings)
+        passed, _ = summarise(findings, plan, time.monotonic() - began)
+    finally:
+        stack.stop()
+        if args.json:
+            write_json(args.json, findings, passed, time.monotonic() - began)
+        if passed and not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"soak: logs in {folder / 'logs'}")
+    return 0 if passed else 1
+
+
+def run_faults(stack, plan, chosen, findings):
+    """Start the stack and its workers, then run the chosen faults; findings fill in as they end."""
+    stack.start()
+    configure_django(stack)
+    soak = Soak(stack, make_world(), plan)
+    soak.findings = findings
+    soak.start_workers()
+    where = "a tmpfs of its own" if stack.tmpfs else "a folder"
+    print(
+        f"soak: hub {stack.url}, PostgreSQL :{stack.postgres.port}, Redis :{stack.redis.port}, "
+        f"storage on {where}",
+        flush=True,
+    )
+    for name in chosen:
+        FAULTS[name](soak)
+
+
+def write_json(path, findings, passed, seconds):
+    document = {
+        "passed": passed,
+        "seconds": round(seconds, 1),
+        "faults": [
+            {
+                "name": f.name,
+                "ok": f.ok,
+                "skipped": f.skipped,
+                "did": f.did,
+                "checks": {k: list(v) for k, v in f.checks.items()},
+                **{k: v for k, v in f.figures.items()},
+            }
+            for f in findings
+        ],
+    }
+    Path(path).write_text(json.dumps(document, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
