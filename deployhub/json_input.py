@@ -29,7 +29,7 @@ def parse(raw, what="The body"):
     except RecursionError as exc:
         raise JSONInputError(f"{what} is nested too deep: at most {MAX_DEPTH} levels.") from exc
     except UnicodeDecodeError as exc:
-        raise JSONInputError(f"{what} is not UTF-8: {exc}") from exc
+        raise JSONInputError(f"{what} is not valid JSON: it is not UTF-8 ({exc}).") from exc
     except JSONInputError:
         raise
     except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits

@@ -10,7 +10,6 @@ from deployhub.api.auth import (
     Conflict,
     field_length,
     for_pipelines,
-    integer,
     json_body,
     text,
     token_required,
@@ -266,7 +265,7 @@ def version_convert(request, pk):
     if slug and device_class is None:
         raise BadInput(f"{version.team} has no device class {slug!r}.")
     try:
-        job = submit_convert(version, device_class, request.user, integer(body, "opset"))
+        job = submit_convert(version, device_class, request.user, body.get("opset"))
     except ConversionRefused as exc:
         raise BadInput(str(exc)) from exc
     answer = {
