@@ -8,7 +8,10 @@ store (no NUL character, no lone surrogate). Imports no app: API views and forms
 
 import json
 import math
+import re
 
+# What PostgreSQL cannot store in text: NUL, and surrogates (UTF-8 has none).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # No JSON the hub takes nests deeper (a fingerprint or a benchmark result is about 5 levels).
 MAX_DEPTH = 32
 
@@ -17,11 +20,12 @@ class JSONInputError(ValueError):
     """The JSON cannot be read or kept; the message says why, for the person who sent it."""
 
 
-def parse(raw, what="The body"):
+def parse(raw, what="The body", scrub=False):
     """Return the JSON value of raw (str or UTF-8 bytes); raise JSONInputError otherwise.
 
     Bytes are UTF-8 (RFC 8259): json.loads alone would also take UTF-16 and UTF-32, and
-    their lone surrogates.
+    their lone surrogates. With scrub, a string value's NUL characters and lone surrogates
+    become U+FFFD instead of a refusal (see check).
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -34,7 +38,7 @@ def parse(raw, what="The body"):
         raise
     except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
         raise JSONInputError(f"{what} is not valid JSON: {exc}") from exc
-    check(value, what)
+    check(value, what, scrub)
     return value
 
 
@@ -49,24 +53,35 @@ def _finite(literal):
     return value
 
 
-def check(value, what="The body"):
-    """Raise JSONInputError when a parsed value nests over MAX_DEPTH or holds text not to keep."""
-    pending = [(value, what, 1)]
+def check(value, what="The body", scrub=False):
+    """Raise JSONInputError when a parsed value nests over MAX_DEPTH or holds text not to keep.
+
+    With scrub, text inside a list or an object is made storable in place instead (a NUL or
+    a lone surrogate becomes U+FFFD): for what machines write, such as a device's build
+    log, where refusing the whole call (a job's heartbeat) would lose more than one sign.
+    """
+    pending = [(value, what, 1, None, None)]
     while pending:
-        value, where, depth = pending.pop()
+        value, where, depth, parent, slot = pending.pop()
         if isinstance(value, str):
-            check_text(value, where)
+            if scrub and parent is not None:
+                parent[slot] = scrubbed(value)
+            else:
+                check_text(value, where)
             continue
         if isinstance(value, dict | list) and depth > MAX_DEPTH:
             raise JSONInputError(f"{what} is nested too deep: at most {MAX_DEPTH} levels.")
         if isinstance(value, float) and not math.isfinite(value):
             raise JSONInputError(f"{where} is {value}, which is not a JSON number.")
         if isinstance(value, list):
-            pending.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+            pending.extend(
+                (item, f"{where}[{i}]", depth + 1, value, i) for i, item in enumerate(value)
+            )
         elif isinstance(value, dict):
             for key, item in value.items():
                 check_text(str(key), f"A key of {where}")
-                pending.append((item, key if where == "The body" else f"{where}.{key}", depth + 1))
+                name = repr(key) if where == "The body" else f"{where}.{key}"
+                pending.append((item, name, depth + 1, value, key))
 
 
 def text_problem(value):
@@ -78,6 +93,11 @@ def text_problem(value):
     except UnicodeEncodeError:
         return "is not valid Unicode (it holds a lone surrogate such as \\ud800)"
     return ""
+
+
+def scrubbed(value):
+    """Return text PostgreSQL can store: NUL characters and lone surrogates as U+FFFD."""
+    return UNSTORABLE.sub("\ufffd", value)
 
 
 def check_text(value, where):

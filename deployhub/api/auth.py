@@ -48,14 +48,15 @@ def error(status, message):
     return JsonResponse({"error": message}, status=status)
 
 
-def json_body(request):
+def json_body(request, scrub=False):
     """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise.
 
     The body must be UTF-8 JSON, an object nested at most json_input.MAX_DEPTH levels, with
-    finite numbers only and text PostgreSQL can store (deployhub/json_input.py).
+    finite numbers only and text PostgreSQL can store (deployhub/json_input.py). A device's
+    calls scrub that text instead (NUL as U+FFFD): a build log is never refused for a byte.
     """
     try:
-        body = json_input.parse(request.body or b"{}")
+        body = json_input.parse(request.body or b"{}", scrub=scrub)
     except json_input.JSONInputError as exc:
         raise BadInput(str(exc)) from exc
     except RawPostDataException as exc:  # a multipart form, already read as one

@@ -119,7 +119,7 @@ def whoami(request, device):
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = json_object(json_body(request), "fingerprint")
+    fingerprint = json_object(json_body(request, scrub=True), "fingerprint")
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
     device.record_heartbeat()
@@ -131,7 +131,7 @@ def device_heartbeat(request, device):
 @require_POST
 @device_required
 def claim(request, device, job_id):
-    job = actions.claim_job(job_id, device, _attempt(json_body(request)))
+    job = actions.claim_job(job_id, device, _attempt(json_body(request, scrub=True)))
     device.record_heartbeat()
     return JsonResponse(_job_json(job, device))
 
@@ -139,12 +139,12 @@ def claim(request, device, job_id):
 @require_POST
 @device_required
 def job_heartbeat(request, device, job_id):
-    body = json_body(request)
+    body = json_body(request, scrub=True)
     job = actions.heartbeat_job(
         job_id,
         device,
         _attempt(body),
-        progress=number(body, "progress", low=0.0, high=1.0),
+        progress=number(body, "progress"),  # heartbeat_job clamps it into 0..1
         message=text(body, "message"),
         log=text(body, "log", ""),
     )
@@ -159,7 +159,7 @@ def job_heartbeat(request, device, job_id):
 @require_POST
 @device_required
 def complete(request, device, job_id):
-    body = json_body(request)
+    body = json_body(request, scrub=True)
     state = text(body, "state")
     if state not in JobState.FINAL:
         raise BadInput(f"state must be one of: {', '.join(JobState.FINAL)}.")
