@@ -33,5 +33,5 @@ def test_without_labels_only_agreement_is_measured(tmp_path):
 
 
 def test_an_output_of_another_shape_is_refused():
-    with pytest.raises(JobError, match="not describe the same model"):
+    with pytest.raises(JobError, match=r"output 0 has shape \[1, 3\], the source's \[1, 10\]"):
         evaluate(lambda feeds: [np.zeros((1, 3))], MODEL, VALIDATION, {"max_samples": 2})

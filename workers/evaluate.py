@@ -104,7 +104,7 @@ class Comparison:
         for index, (reference, engine) in enumerate(
             zip(reference_outputs, engine_outputs, strict=True)
         ):
-            error = _max_abs_error(reference, engine)
+            error = _max_abs_error(reference, engine, index)
             if index == len(self.output_max_abs):
                 self.output_max_abs.append(error)
             self.output_max_abs[index] = max(self.output_max_abs[index], error)
@@ -157,12 +157,16 @@ class Comparison:
         return result
 
 
-def _max_abs_error(reference, engine):
-    """Return the largest absolute difference of two outputs (infinite when shapes differ)."""
+def _max_abs_error(reference, engine, index=0):
+    """Return the largest absolute difference of two outputs; refuse outputs of other shapes
+    (an infinite error is no figure: JSON has none, and the run would say nothing)."""
     reference = np.asarray(reference, dtype=np.float64)
     engine = np.asarray(engine, dtype=np.float64)
     if reference.shape != engine.shape:
-        return float("inf")
+        raise JobError(
+            f"the engine's output {index} has shape {list(engine.shape)}, the source's "
+            f"{list(reference.shape)}: they do not describe the same model"
+        )
     return float(np.abs(reference - engine).max()) if reference.size else 0.0
 
 
