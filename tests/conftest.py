@@ -32,7 +32,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 # Files that run longest, started first: under pytest-xdist the other process takes the rest.
-LONGEST_FIRST = ("test_conformance.py",)
+LONGEST_FIRST = ("test_conformance.py", "test_soak_short.py")
 # Fixtures that reach a service (PostgreSQL, Redis, a live server, worker processes, Chromium).
 # A test needs services when it uses one, even through another fixture (alice needs db).
 SERVICE_FIXTURES = {
