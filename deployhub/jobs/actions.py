@@ -54,6 +54,8 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
         )
         job.append_log(f"queued on {device_class.queue} by {user or 'the system'}")
         job.save(update_fields=["log"])
+        # First, so the message goes out before other on-commit work (the event's webhooks).
+        _enqueue(job)
         Event.record(
             team,
             user,
@@ -64,16 +66,17 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
             before=None,
             after=JobState.QUEUED,
         )
-        _enqueue(job)
     return job
 
 
 def _locked(job_id, device=None):
     """Lock and return the job; a device sees only its own team's jobs (others: DoesNotExist)."""
     jobs = Job.objects.select_for_update().select_related("device_class")
-    if device is not None:
-        jobs = jobs.filter(team_id=device.device_class.team_id)
-    return jobs.get(pk=job_id)
+    if device is None:
+        return jobs.get(pk=job_id)
+    job = jobs.filter(team_id=device.device_class.team_id).get(pk=job_id)
+    job.team = device.device_class.team  # the same row, loaded with the device: no query
+    return job
 
 
 def check_holder(job, device, attempt):

@@ -54,12 +54,15 @@ def retry_delays():
 
 def announce_on_commit(event):
     """Queue the event's deliveries when its transaction commits (Event.save calls this)."""
-    transaction.on_commit(lambda: queue_deliveries(event.pk), robust=True)
+    transaction.on_commit(lambda: queue_deliveries(event), robust=True)
 
 
-def queue_deliveries(event_id):
-    """Create and queue a first attempt for each active webhook of the event's team it matches."""
-    event = Event.objects.get(pk=event_id)
+def queue_deliveries(event):
+    """Create and queue a first attempt for each active webhook of the event's team it matches.
+
+    One query when none does (the event is the one just saved, not read back): every
+    job claim and completion records an event, and a device waits for that answer.
+    """
     for webhook in Webhook.objects.matching(event):
         delivery = WebhookDelivery.objects.create(
             webhook=webhook, event=event, next_attempt_at=timezone.now()

@@ -1,0 +1,71 @@
+"""What a job's dispatch costs the hub: the message goes out first, a claim takes few queries,
+and database connections outlive a request (make bench times it: bench/dispatch.py)."""
+
+import os
+import subprocess
+import sys
+from unittest import mock
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from deployhub.jobs.actions import submit_job
+from deployhub.jobs.models import JobKind, JobState
+from deployhub.teams.models import Webhook, WebhookDelivery
+from tests.api_calls import call
+from tests.conftest import ROOT
+
+# The claim's queries: the device by its token (with its address's lockout), the job's row
+# lock, its update, the audit event, and that event's webhooks (after commit).
+CLAIM_QUERIES = 5
+
+
+def test_it_sends_a_jobs_message_before_other_work_on_commit(
+    demo_team, alice, device_class, django_capture_on_commit_callbacks
+):
+    Webhook.objects.create(team=demo_team, url="https://ci.example.com/hook")
+    queries_before_send = []
+    with CaptureQueriesContext(connection) as queries:
+        send = mock.patch(
+            "deployhub.celery.app.send_task",
+            side_effect=lambda *a, **k: queries_before_send.append(len(queries)),
+        )
+        with send, django_capture_on_commit_callbacks(execute=True) as callbacks:
+            submit_job(team=demo_team, kind=JobKind.NOOP, device_class=device_class, user=alice)
+            committed = len(queries)
+    # The job's message first (then the webhook's delivery): no query between commit and send.
+    assert callbacks and queries_before_send[0] == committed
+    assert WebhookDelivery.objects.filter(event__verb="job.queued").count() == 1
+
+
+def test_it_claims_a_job_in_a_few_queries(
+    client, demo_team, alice, device_class, make_device, django_capture_on_commit_callbacks
+):
+    device, token = make_device()
+    job = submit_job(team=demo_team, kind=JobKind.NOOP, device_class=device_class, user=alice)
+    device.record_heartbeat()  # a device that beat a moment ago: the claim changes no heartbeat
+    with CaptureQueriesContext(connection) as queries:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    assert response.status_code == 200
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.device == device
+    sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(sql) == CLAIM_QUERIES, "\n".join(sql)
+
+
+def test_it_keeps_database_connections_between_requests(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_", "DJANGO_"))}
+    env.update(DEPLOYHUB_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="deployhub.settings")
+    code = (
+        "import django; django.setup()\n"
+        "from django.core.signals import request_finished, request_started\n"
+        "from django.db import connection\n"
+        "connection.ensure_connection(); first = connection.connection\n"
+        "request_finished.send(sender=None); request_started.send(sender=None)\n"
+        "connection.ensure_connection(); print(connection.connection is first)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "True", done.stderr
