@@ -89,10 +89,14 @@ class BudgetVerdict:
 
 class BenchmarkRunQuerySet(models.QuerySet):
     def for_version(self, version):
-        runs = self.filter(model_version=version).select_related(
-            "device", "device_class", "job", "engine"
+        runs = list(
+            self.filter(model_version=version).select_related(
+                "device", "device_class", "job", "engine"
+            )
         )
-        return flag_int8_slowdowns(list(runs))
+        for run in runs:  # the page links each run to its version: not a query per run
+            run.model_version = version
+        return flag_int8_slowdowns(runs)
 
     def for_model(self, model):
         """Runs of every version of the model, oldest version first."""

@@ -4,11 +4,20 @@ page (its run); registered in apps.py."""
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun
 
+# The version page lists the latest runs; every run is in the exports linked above the table.
+PAGE_RUNS = 50
+
+
+def results_part(version):
+    """The version's latest PAGE_RUNS runs, newest first, and how many it has in all."""
+    runs = BenchmarkRun.objects.for_version(version)
+    return {"benchmarks": runs[:PAGE_RUNS], "benchmarks_total": len(runs)}
+
 
 def version_part(version):
     return {
         "benchmark_form": BenchmarkForm(team=version.team, version=version),
-        "benchmarks": BenchmarkRun.objects.for_version(version),
+        **results_part(version),
     }
 
 

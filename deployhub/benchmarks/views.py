@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
-from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.benchmarks.pages import results_part
 from deployhub.benchmarks.reports import model_report as build_report
 from deployhub.downloads import content_disposition
 from deployhub.registry.access import get_model_for_user, get_version_for_user
@@ -23,8 +23,7 @@ from deployhub.teams.models import Role
 def version_results(request, pk):
     """Return the results table alone, so the page can refresh it when a job finishes."""
     version = get_version_for_user(request, pk)
-    benchmarks = BenchmarkRun.objects.for_version(version)
-    return render(request, "registry/_results.html", {"benchmarks": benchmarks})
+    return render(request, "registry/_results.html", results_part(version))
 
 
 @login_required

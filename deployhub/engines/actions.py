@@ -441,10 +441,12 @@ def rebuild(engine, user):
     )
 
 
-def compatibility_matrix(version, device_class):
-    """Return rows of (engine, [(device, runs, reason)]) for the class's devices."""
+def compatibility_matrix(version, device_class, engines=None):
+    """Return rows of (engine, [(device, runs, reason)]) for the class's devices: the version's
+    engines on the class, or the ones given (a page that loaded them already)."""
     devices = list(device_class.devices.all())
-    engines = Engine.objects.for_version(version).filter(device_class=device_class)
+    if engines is None:
+        engines = Engine.objects.for_version(version).filter(device_class=device_class)
     return [
         (engine, [(device, *compatibility(engine, device.fingerprint)[:2]) for device in devices])
         for engine in engines

@@ -24,16 +24,32 @@ from deployhub.registry.models import latest_per
 def release_gates(engine):
     """Return the engine's release gates, in the order a reviewer reads them."""
     return [
-        parity_gate(engine.model_version),
+        version_parity_gate(engine.model_version),
         accuracy_gate(engine),
         golden_gate(engine),
         performance_gate(engine),
     ]
 
 
+def version_parity_gate(version):
+    """The version's parity gate, worked out once per loaded version: a page lists many engines
+    of one version (engines/pages.py hands them all the same instance)."""
+    if "parity_gate" not in vars(version):
+        vars(version)["parity_gate"] = parity_gate(version)
+    return vars(version)["parity_gate"]
+
+
+def newest(engine, relation):
+    """The engine's runs of a relation, newest first: loaded with the engine when a page
+    prefetched them (EngineQuerySet.with_gate_runs), else queried."""
+    if (runs := getattr(engine, f"newest_{relation}", None)) is not None:
+        return runs
+    return getattr(engine, relation).order_by("-created_at", "-pk")
+
+
 def accuracy_gate(engine):
     """Return whether the engine's latest evaluation is within its class's tolerance."""
-    run = engine.accuracy.order_by("-created_at", "-pk").first()
+    run = next(iter(newest(engine, "accuracy")), None)
     if run is None:
         return Gate("accuracy", GateStatus.MISSING, "No evaluation yet: evaluate the engine.")
     tolerance = engine.device_class.accuracy_tolerance
@@ -50,7 +66,7 @@ def golden_gate(engine):
     sets = list(engine.model_version.golden_sets.all())
     if not sets:
         return Gate("golden", GateStatus.NOT_REQUIRED, "The version has no golden pairs.")
-    runs = latest_per(engine.golden_runs.select_related("golden_set"), "golden_set_id")
+    runs = latest_per(newest(engine, "golden_runs"), "golden_set_id")
     if failed := [run for run in runs if not run.passed]:
         return Gate("golden", GateStatus.FAILED, failed[0].reason, failed[0])
     checked = {run.golden_set_id for run in runs}
@@ -62,12 +78,10 @@ def golden_gate(engine):
 
 def performance_gate(engine):
     """Return whether the engine's latest benchmark on its class meets the class's gate."""
-    run = (
-        engine.benchmarks.filter(device_class=engine.device_class)
-        .select_related("device_class")
-        .order_by("-created_at", "-pk")
-        .first()
+    on_class = (
+        run for run in newest(engine, "benchmarks") if run.device_class_id == engine.device_class_id
     )
+    run = next(on_class, None)
     if run is None:
         rule = engine.device_class.gate_rule
         return Gate("performance", GateStatus.MISSING, f"No benchmark yet. The class asks: {rule}")

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Prefetch
 from django.urls import reverse
 from django.utils.functional import cached_property
 
@@ -23,6 +24,25 @@ class EngineStatus(ChoiceSet):
 class EngineQuerySet(models.QuerySet):
     def for_version(self, version):
         return self.filter(model_version=version).select_related("device_class", "built_on")
+
+    def with_gate_runs(self):
+        """Load, newest first, the runs the release gates and flags read (engines/gates.py):
+        three queries for a page of engines instead of several per engine."""
+        from deployhub.benchmarks.models import BenchmarkRun
+        from deployhub.evaluation.models import AccuracyRun, GoldenRun
+
+        newest = ("-created_at", "-pk")
+        runs = {
+            "accuracy": AccuracyRun.objects.all(),
+            "golden_runs": GoldenRun.objects.select_related("golden_set"),
+            "benchmarks": BenchmarkRun.objects.select_related("device_class"),
+        }
+        return self.prefetch_related(
+            *(
+                Prefetch(name, queryset=query.order_by(*newest), to_attr=f"newest_{name}")
+                for name, query in runs.items()
+            )
+        )
 
     def runnable_by(self, device_class):
         """Engines built on the class, or on a class it trusts (a device's bytes stay on its
@@ -120,13 +140,14 @@ class Engine(models.Model):
         or the latest check on any golden set of its version that failed. Every page that
         lists engines shows these (templates/engines/_flags.html).
         """
+        from deployhub.engines.gates import newest
         from deployhub.registry.models import latest_per
 
         flags = []
-        latest = self.accuracy.order_by("-created_at", "-pk").first()
+        latest = next(iter(newest(self, "accuracy")), None)
         if latest and (breach := latest.tolerance_breach(self.device_class.accuracy_tolerance)):
             flags.append(f"outside the accuracy tolerance: {breach}")
-        golden = latest_per(self.golden_runs.select_related("golden_set"), "golden_set_id")
+        golden = latest_per(newest(self, "golden_runs"), "golden_set_id")
         return flags + [run.reason for run in golden if not run.passed]
 
 

@@ -3,6 +3,8 @@ compile form, preflight per device class and the latest auto runs. And the engin
 parts that apps above engines draw (releases: the engine's releases and the propose form).
 """
 
+from django.db.models import prefetch_related_objects
+
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import Engine
@@ -12,13 +14,26 @@ from deployhub.engines.preflight import preflight_grid
 def version_part(version):
     classes = version.team.device_classes.all()
     built_for = classes.filter(engines__model_version=version).distinct()
+    engines = version_engines(version)
     return {
-        "engines": Engine.objects.for_version(version),
-        "matrices": [(dc, compatibility_matrix(version, dc)) for dc in built_for],
+        "engines": engines,
+        "matrices": [
+            (dc, compatibility_matrix(version, dc, [e for e in engines if e.device_class == dc]))
+            for dc in built_for
+        ],
         "compile_form": CompileForm(team=version.team),
         "auto_runs": version.auto_runs.select_related("device_class")[:5],
         "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
     }
+
+
+def version_engines(version):
+    """The version's engines with what their gates and flags read, loaded in a few queries."""
+    engines = list(Engine.objects.for_version(version).with_gate_runs())
+    prefetch_related_objects([version], "golden_sets")
+    for engine in engines:
+        engine.model_version = version  # one instance: its parity gate is worked out once
+    return engines
 
 
 def job_part(job):

@@ -129,9 +129,15 @@ def _check_hardware(verdict, fingerprints, precision):
         verdict.fails.append(backend.gpu_precisions[precision])
 
 
-def preflight(version, device_class, backends, precision="fp32"):
+def class_fingerprints(device_class):
+    """The fingerprints the class's devices reported (none yet: left out)."""
+    return [d.fingerprint for d in device_class.devices.all() if d.fingerprint]
+
+
+def preflight(version, device_class, backends, precision="fp32", fingerprints=None):
     """Return a Verdict per backend for building this version on the class's devices."""
-    fingerprints = [d.fingerprint for d in device_class.devices.all() if d.fingerprint]
+    if fingerprints is None:
+        fingerprints = class_fingerprints(device_class)
     verdicts = []
     for backend in backends:
         verdict = Verdict(backend)
@@ -153,8 +159,8 @@ def grid():
 
 def preflight_grid(version, device_class):
     """Return (backend, precision, Verdict) for every build of the grid on the class."""
-    rows = []
+    rows, fingerprints = [], class_fingerprints(device_class)  # once: a fleet may be large
     for backend, precision in grid():
-        [verdict] = preflight(version, device_class, [backend], precision)
+        [verdict] = preflight(version, device_class, [backend], precision, fingerprints)
         rows.append((backend, precision, verdict))
     return rows
