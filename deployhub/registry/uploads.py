@@ -354,6 +354,8 @@ def save_version(version, path, move=True):
     new_file = None  # the file this save placed, taken out again if the save fails
     try:
         with transaction.atomic():
+            # The model's row is the lock: two uploads at once must not take the same number.
+            Model.objects.select_for_update().filter(pk=version.model_id).first()
             version.number = version.model.next_version_number()
             version.file.name = version_upload_path(version, "")
             if path is not None:  # None: a derived version shares its source's file
