@@ -89,8 +89,7 @@ def bench_figures():
     ]
     if not shutil.which("chromium"):
         return rows + [note("explorer draw in Chromium", None, "ms", "NOT RUN", "no chromium")]
-    rows.append(
+    # The version page under 20 concurrent users: bench_load_embedded (bench/load.py).
+    return rows + [
         row("explorer figure: draw in Chromium (median)", draw_ms(json.loads(body)), "ms", DRAW_MS)
-    )
-    why = "not measured: the row would need a served hub under load; see the figures' note"
-    return rows + [note("version page p50 under 20 concurrent users", None, "ms", "SKIP", why)]
+    ]

@@ -14,13 +14,11 @@ import io
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "deployhub_bench"
 # The device worker runs in make run's environment (the Makefile says where), as users get it.
 RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
-JOBS, WARMUP_JOBS = 100, 10
 # What this script points at its own PostgreSQL and Redis; the conformance run stays embedded.
 EMBEDDED_OVERRIDES = ("DATABASE_URL", "CELERY_BROKER_URL", "DEPLOYHUB_VAR_DIR")
 
@@ -41,15 +38,12 @@ os.environ.update(
 )
 sys.path.insert(0, str(ROOT))
 
+from bench.dispatch import bench_job_pipeline  # noqa: E402
 from bench.figures import bench_figures  # noqa: E402
+from bench.harness import bench_harness_overhead  # noqa: E402
+from bench.load import bench_load  # noqa: E402
 from bench.rows import note, print_rows, row, write_results  # noqa: E402
-
-
-def percentile(values, q):
-    ordered = sorted(values)
-    index = (len(ordered) - 1) * q / 100
-    low, high = int(index), min(int(index) + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
+from bench.stack import Stack, setup_fleet_for, wait_for  # noqa: E402
 
 
 def recreate_database():
@@ -58,156 +52,6 @@ def recreate_database():
     with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {BENCH_DB}")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"bench: timed out waiting for {what}")
-
-
-def healthy(url):
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-class Stack:
-    """A hub (gunicorn) and one device worker, as separate processes."""
-
-    def __init__(self, token, device):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.logs = tempfile.TemporaryFile()
-        host = self.url.removeprefix("http://")
-        self.processes = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "deployhub.wsgi",
-                    "-b",
-                    host,
-                    "--workers",
-                    "2",
-                    "--threads",
-                    "4",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=self.logs,
-                stderr=subprocess.STDOUT,
-            ),
-        ]
-        wait_for(lambda: healthy(self.url), 60, "the hub")
-        self.processes.append(
-            subprocess.Popen(
-                [
-                    RUN_PYTHON,
-                    "-m",
-                    "workers",
-                    "run",
-                    "--hub",
-                    self.url,
-                    "--token",
-                    token,
-                    "--broker",
-                    os.environ["CELERY_BROKER_URL"],
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=self.logs,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        wait_for(lambda: type(device).objects.get(pk=device.pk).last_heartbeat_at, 60, "the worker")
-        time.sleep(1)  # let the consumer attach to its queue
-
-    def stop(self):
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            process.wait(timeout=20)
-
-
-def setup_fleet():
-    from deployhub.teams.models import Team
-
-    return setup_fleet_for(Team.objects.create(name="Bench", slug="bench"))
-
-
-def setup_fleet_for(team):
-    """Create a user, a device class and a device with its token in the team."""
-    from django.contrib.auth import get_user_model
-
-    from deployhub.devices.models import Device, DeviceClass
-
-    user = get_user_model().objects.create_user(f"bench-{team.slug}")
-    device_class = DeviceClass.objects.create(team=team, slug=f"{team.slug}-cpu", name="Bench CPU")
-    device = Device(device_class=device_class, name=f"{team.slug}-worker")
-    token = device.issue_token()
-    device.save()
-    return team, user, device_class, device, token
-
-
-def run_noop_job(team, user, device_class):
-    """Submit one no-op job; return (commit→claim, commit→succeeded) in ms."""
-    from django.db import transaction
-
-    from deployhub.jobs.actions import submit_job
-    from deployhub.jobs.models import Job, JobKind
-
-    committed = []
-    with transaction.atomic():
-        transaction.on_commit(lambda: committed.append(time.time()))  # runs before the send
-        job = submit_job(team=team, kind=JobKind.NOOP, device_class=device_class, user=user)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        job = Job.objects.get(pk=job.pk)
-        if job.is_final:
-            break
-        time.sleep(0.002)
-    if job.state != "succeeded":
-        raise SystemExit(f"bench: no-op job {job.pk} ended {job.state}: {job.error}\n{job.log}")
-    return (
-        (job.started_at.timestamp() - committed[0]) * 1000,
-        (job.finished_at.timestamp() - committed[0]) * 1000,
-    )
-
-
-def bench_job_pipeline():
-    """Rows: job commit → worker claim, and the whole life of a no-op job."""
-    team, user, device_class, device, token = setup_fleet()
-    stack = Stack(token, device)
-    try:
-        timings = [run_noop_job(team, user, device_class) for _ in range(JOBS + WARMUP_JOBS)]
-    finally:
-        stack.stop()
-    claims = [claim for claim, _ in timings[WARMUP_JOBS:]]
-    lives = [life for _, life in timings[WARMUP_JOBS:]]
-    return [
-        row(
-            f"job commit → worker claim, p50 ({JOBS} jobs, Redis loopback)",
-            statistics.median(claims),
-            "ms",
-            15,
-        ),
-        row("job commit → worker claim, p99", percentile(claims, 99), "ms", 50),
-        row("no-op job life (commit → succeeded), p50", statistics.median(lives), "ms", 150),
-        row("no-op job life (commit → succeeded), p99", percentile(lives, 99), "ms", 500),
-    ]
 
 
 UPLOAD_BYTES = 1024**3
@@ -570,16 +414,6 @@ def time_side_by_side(runners):
     return {name: min(values) for name, values in medians.items()}
 
 
-def timed_runs(run, count):
-    """Return the duration in seconds of each of count runs: the bare loop."""
-    samples = []
-    for _ in range(count):
-        started = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 def measured_builds(run):
     """Return the builds of an auto run that were benchmarked, by name ("openvino int8")."""
     return {
@@ -795,65 +629,6 @@ def bench_auto_mode():
     return rows
 
 
-# Harness overhead: each side runs HARNESS_RUNS times per round, one right after the other
-# (which goes first alternates), for HARNESS_ROUNDS rounds; the figures are medians of the
-# per-round ratios, so a burst of load elsewhere spoils a few rounds, not the figure.
-# 20000 runs of the demo model take about 1 s, a third of the harness's default duration:
-# its fixed costs (inputs, memory and CPU probes, statistics) weigh as they do in a short run.
-HARNESS_RUNS, HARNESS_ROUNDS = 20000, 11
-
-
-def bench_harness_overhead():
-    """Rows: the benchmark harness against a bare timed session.run loop, on the demo model.
-
-    Same session, same feeds, same iteration count. The harness's wall time includes
-    everything it adds (settings, inputs, memory and GPU probes, statistics); its
-    median latency shows what its timing loop adds to each run.
-    """
-    import onnxruntime as ort
-
-    from workers.benchmark import benchmark_session, random_inputs
-
-    session = ort.InferenceSession(
-        str(DEMO_ASSETS / "digits_cnn_v2.onnx"), providers=["CPUExecutionProvider"]
-    )
-    run = partial(session.run, None, random_inputs(session.get_inputs(), 1))
-    timed_runs(run, 10)  # warms the session up
-    params = {"warmup_iterations": 0, "iterations": HARNESS_RUNS}
-
-    def harness():
-        started = time.perf_counter()
-        result = benchmark_session(lambda settings: session, params)
-        return time.perf_counter() - started, result["latency_ms"]["p50"] / 1000
-
-    def bare():
-        started = time.perf_counter()
-        samples = timed_runs(run, HARNESS_RUNS)
-        return time.perf_counter() - started, statistics.median(samples)
-
-    walls, medians = [], []
-    for round_ in range(HARNESS_ROUNDS):
-        sides = (harness, bare) if round_ % 2 else (bare, harness)
-        measured = {side: side() for side in sides}
-        walls.append(measured[harness][0] / measured[bare][0])
-        medians.append(measured[harness][1] / measured[bare][1])
-    what = f"demo model, {HARNESS_RUNS} runs, median of {HARNESS_ROUNDS} rounds"
-    return [
-        row(
-            f"harness vs bare session.run loop: wall time ({what})",
-            statistics.median(walls),
-            "×",
-            1.02,
-        ),
-        row(
-            "harness vs bare session.run loop: median latency per run",
-            statistics.median(medians),
-            "×",
-            1.02,
-        ),
-    ]
-
-
 def bench_conformance():
     """Row: the conformance corpus through auto mode (scripts/conformance.py), as a share.
 
@@ -885,8 +660,19 @@ def bench_conformance():
     ]
 
 
+def bench_load_embedded():
+    """Rows: the load of bench_load on make run's embedded stack (SQLite, filesystem broker)."""
+    from bench import load
+
+    return load.bench_load_embedded(
+        {k: v for k, v in os.environ.items() if k not in EMBEDDED_OVERRIDES}
+    )
+
+
 BENCHES = [
     bench_job_pipeline,
+    bench_load,
+    bench_load_embedded,
     bench_upload_memory,
     bench_compile_reuse,
     bench_auto_mode,
