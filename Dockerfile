@@ -1,6 +1,8 @@
 # One image for the hub (web, hub worker) and CPU device workers.
 FROM python:3.11-slim
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+# Two malloc arenas: a threaded gunicorn worker otherwise keeps one per thread (memory grows
+# under load without leaking: make bench's load row measured 129 MB with the default, 73 with 2).
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY pyproject.toml README.md manage.py ./
 COPY deployhub ./deployhub

@@ -19,7 +19,7 @@ RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
 # gunicorn with threads, as docker-compose.yml runs it (4 processes of 4 threads), sized to
 # this machine's 2 cores: a process per core, 8 threads each, so a quick call (a heartbeat)
 # is not queued behind slow pages. Under bench_load, 4 × 4 gave a worse p99 and twice the memory.
-GUNICORN = ("--workers", "2", "--threads", "8")
+GUNICORN = ("--workers", "2", "--threads", "8", "--keep-alive", "75")
 DEVICE_WORKER = ("-m", "workers")
 
 
@@ -62,7 +62,7 @@ class Stack:
 
     def __init__(self, token, device, *, more=(), hub_worker=False, worker=DEVICE_WORKER):
         self.url = f"http://127.0.0.1:{free_port()}"
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}  # Dockerfile
         self.logs = tempfile.TemporaryFile()
         self.processes = [self.start(sys.executable, "-m", "gunicorn", "deployhub.wsgi")]
         wait_for(lambda: healthy(self.url), 60, "the hub")

@@ -72,13 +72,16 @@ class Command(BaseCommand):
         Beat runs as a child of its own, not inside the hub worker (`--beat`): a
         hub worker's crash then never leaves a scheduler behind to double up.
         """
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}  # see Dockerfile
         # The local worker's token goes in its environment, never its command line (`ps`).
         worker_env = {k: v for k, v in env.items() if k != "DEPLOYHUB_DEVICE_TOKEN_FILE"}
         envs = {"local-worker": {**worker_env, "DEPLOYHUB_DEVICE_TOKEN": token}}
         commands = {
             "web": ["gunicorn", "deployhub.wsgi", "--bind", f"{host}:{port}"]
             + ["--workers", "2", "--threads", "4", "--access-logfile", "-"]
+            # Devices heartbeat every few seconds on one kept connection: a 2 s keep-alive
+            # (gunicorn's default) closed it under them now and then (a reset in make bench).
+            + ["--keep-alive", "75"]
             + ["--log-level", "warning"],
             "hub-worker": ["celery", "-A", "deployhub", "worker", "-Q", "hub", "-P", "solo"]
             + ["-l", "WARNING", "-n", "hub@%h"]
