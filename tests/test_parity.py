@@ -361,7 +361,7 @@ def test_a_user_checks_parity_in_the_browser(
     from playwright.sync_api import expect
 
     device, token = make_device()
-    start_worker(device, token)
+    worker = start_worker(device, token)
     pack = tmp_path / "pack.zip"
     pack.write_bytes(planted(interpolation="bicubic"))
     page = browser.new_page()
@@ -378,7 +378,12 @@ def test_a_user_checks_parity_in_the_browser(
     page.click("#parity-form button[type=submit]")
     expect(page.locator("#parity-runs")).to_contain_text("#")
     # No reload: the page watches the parity job and shows the result when it ends.
-    expect(page.locator("#parity-gate")).to_have_text("gate: failed", timeout=90_000)
+    try:
+        expect(page.locator("#parity-gate")).to_have_text("gate: failed", timeout=90_000)
+    except AssertionError as exc:  # once seen in a full clean-clone run: say where the job was
+        job = Job.objects.filter(kind=JobKind.PARITY).order_by("-pk").first()
+        state = (job.state, job.attempt, job.log[-2000:], job.error) if job else "no job"
+        raise AssertionError(f"{exc}\njob: {state}\nworker: {worker.output()[-3000:]}") from exc
     expect(page.locator("#parity-runs")).to_contain_text(
         "matches with bicubic resizing: the spec says bilinear"
     )
