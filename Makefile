@@ -35,9 +35,11 @@ run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
 
 # The suite runs from .venv-test; tests that must run in the product start .venv's Python.
+# The live server answers each request in a thread of its own: a kept database connection
+# would outlive its thread and pile up over a run, so tests open one per request.
 test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile
+	DATABASE_CONN_MAX_AGE=0 DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile
 
 # The tests that need no service: tests/conftest.py marks the others `services` (the database,
 # the broker, a live server, worker processes, Chromium). The database and the broker point at
