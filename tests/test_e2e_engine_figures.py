@@ -81,14 +81,7 @@ def test_the_engine_and_release_pages_draw_their_figures(
         engine=production, model=model, device_class=device_class, state=ReleaseState.PRODUCTION
     )
     release = Release.objects.create(engine=candidate, model=model, device_class=device_class)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = []
-    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", alice.username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    page, errors = watched_page(browser, live_server, alice)
 
     page.goto(f"{live_server.url}{candidate.get_absolute_url()}")
 
