@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun
 from tests.auto_builds import LONG_ERROR, SKIP_REASON, failed_build, skipped_build
-from tests.conftest import PASSWORD
+from tests.browser import sign_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 GREEN = "rgb(26, 127, 55)"  # --green in static/css/deployhub.css
@@ -17,11 +17,7 @@ GREEN = "rgb(26, 127, 55)"  # --green in static/css/deployhub.css
 def logged_in_page(browser, live_server):
     page = browser.new_page()
     page.set_default_timeout(20_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    return page
+    return sign_in(page, live_server, "alice")
 
 
 def test_a_refused_auto_mode_shows_its_reason_beside_the_button(

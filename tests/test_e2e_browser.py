@@ -10,6 +10,7 @@ from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.demo.management.commands.seed_demo import demo_password
 from deployhub.devices.models import Device
 from deployhub.jobs.models import Job, JobKind
+from tests.browser import sign_in
 from tests.conftest import ARTIFACTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -104,14 +105,11 @@ def test_a_user_benchmarks_the_demo_model_and_watches_it_live(
 
 def test_a_user_uploads_a_model_in_the_browser_and_sees_refusals(live_server, browser, alice):
     from deployhub.registry.models import ModelVersion
-    from tests.conftest import ASSETS, PASSWORD
+    from tests.conftest import ASSETS
 
     page = browser.new_page()
     page.set_default_timeout(20_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "alice")
 
     # A good upload goes through the progress-bar form and lands on the new model.
     page.goto(f"{live_server.url}/models/")

@@ -16,7 +16,8 @@ import pytest
 from deployhub.engines.actions import mark_stale
 from deployhub.releases.models import Release, ReleaseState
 from tests.benchmark_results import SWEEP, record_run, result
-from tests.conftest import ARTIFACTS, PASSWORD, stored_engine
+from tests.browser import sign_in
+from tests.conftest import ARTIFACTS, stored_engine
 from tests.gate_evidence import evaluated
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -51,10 +52,7 @@ def watched_page(browser, live_server, user):
     errors = []
     page.on("console", lambda message: message.type == "error" and errors.append(message.text))
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", user.username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, user.username)
     return page, errors
 
 

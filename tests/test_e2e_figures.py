@@ -9,17 +9,11 @@ import re
 import pytest
 
 from deployhub.releases.models import Release, ReleaseState
-from tests.conftest import ARTIFACTS, PASSWORD
+from tests.browser import sign_in
+from tests.conftest import ARTIFACTS
 from tests.figure_results import seed_classes, seed_engines, seed_runs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def log_in(page, live_server, username):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
 
 
 def drawn(page, selector):
@@ -73,7 +67,7 @@ def test_the_explorer_draws_filters_and_opens_an_engine(live_server, browser, al
     errors = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
 
     page.goto(f"{live_server.url}/models/{model.pk}/tradeoffs/")
     traces = drawn(page, "#tradeoff-figure")
@@ -103,7 +97,7 @@ def test_the_model_page_fleet_and_trend_draw_without_errors(live_server, browser
     errors = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
 
     page.goto(f"{live_server.url}{model.get_absolute_url()}")
     assert drawn(page, "#tradeoff-figure")
@@ -127,7 +121,7 @@ def test_a_click_on_a_fleet_cell_opens_its_engine(live_server, browser, alice, s
     errors = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     page.goto(f"{live_server.url}/models/{model.pk}/fleet/")
     drawn(page, "#fleet-figure")
     link = page.evaluate("document.querySelector('#fleet-figure').data[0].customdata[0][1]")

@@ -4,7 +4,8 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.benchmark_results import LATENCY, SERVER_BLOCK, SWEEP, record_run, result
-from tests.conftest import ARTIFACTS, ASSETS, PASSWORD, stored_engine
+from tests.browser import sign_in
+from tests.conftest import ARTIFACTS, ASSETS, stored_engine
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,10 +21,7 @@ LONG_CONFIG = {
 def log_in(browser, live_server, width=1400):
     page = browser.new_page(viewport={"width": width, "height": 900})
     page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "alice")
     page.wait_for_url(f"{live_server.url}/models/")
     return page
 

@@ -21,18 +21,11 @@ from deployhub.parity.models import ParityRun
 from deployhub.registry.models import Model
 from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import Event
+from tests.browser import sign_in
 from tests.conformance_run import QUICK_BENCHMARKS
 from tests.conftest import ARTIFACTS, PASSWORD, ROOT, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def log_in(page, live_server, username):
-    page.context.clear_cookies()
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
 
 
 def propose(page, live_server, engine, note):
@@ -97,16 +90,16 @@ def test_the_demo_model_reaches_production_through_review_and_rolls_back(
     other = next(b.engine for b in run.builds.all() if b.engine and b.engine != best)
 
     page = browser.new_page()
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     first = propose(page, live_server, best, "auto mode's recommendation")
     assert state_of(first) == ReleaseState.IN_REVIEW
     assert "another reviewer decides" in page.content()
     assert page.locator("#review-form").count() == 0  # alice may not approve her own
 
-    log_in(page, live_server, "bob")
+    sign_in(page, live_server, "bob")
     decide(page, live_server, first)
     assert state_of(first) == ReleaseState.APPROVED, page.content()
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     page.goto(f"{live_server.url}{first.get_absolute_url()}")
     page.click("#promote")
     assert state_of(first) == ReleaseState.PRODUCTION
@@ -122,9 +115,9 @@ def test_the_demo_model_reaches_production_through_review_and_rolls_back(
     if page.locator("#override-form").count():  # its gates may not all be open: say why
         page.fill("#override-form textarea[name=justification]", "Measured by hand on the line.")
         page.click("#override-form button[type=submit]")
-    log_in(page, live_server, "bob")
+    sign_in(page, live_server, "bob")
     decide(page, live_server, second)
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     page.goto(f"{live_server.url}{second.get_absolute_url()}")
     page.click("#promote")
     assert state_of(second) == ReleaseState.PRODUCTION and state_of(first) == "retired"

@@ -19,6 +19,7 @@ from deployhub.registry.datasets import IMAGE_SUFFIXES
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from tests.api_calls import call, token_for
+from tests.browser import sign_in
 from tests.conftest import ARTIFACTS, PASSWORD, wait_until
 from tests.parity_packs import SPEC, pack_bytes, synthetic_images, training_pipeline
 from workers import parity as worker_parity
@@ -310,6 +311,32 @@ def test_the_version_page_shows_the_section_and_takes_an_upload(
     assert f'id="parity-{run.pk}"' in page and "Checking" in page
 
 
+def test_a_run_that_ends_while_the_page_is_drawn_is_watched_until_the_page_shows_it(
+    client, alice, spec_version, make_device, tmp_path, monkeypatch
+):
+    """The gate and the runs are two reads: a job ending between them must not leave the
+    page showing "gate: missing" with nothing watching the job (seen once in a browser)."""
+    from deployhub.parity.templatetags import parity as section
+
+    run = submit_parity(spec_version, SimpleUploadedFile("p.zip", planted()), alice)
+    read_gate = section.parity_gate
+
+    def gate_then_the_job_ends(version):
+        gate = read_gate(version)
+        check_and_complete(client, run, make_device, tmp_path)
+        return gate
+
+    monkeypatch.setattr(section, "parity_gate", gate_then_the_job_ends)
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(spec_version.get_absolute_url()).content.decode()
+
+    assert "gate: missing" in page
+    assert f'<tr id="parity-{run.pk}" data-live="/jobs/{run.job.pk}/status">' in page
+    monkeypatch.undo()
+    page = client.get(spec_version.get_absolute_url()).content.decode()
+    assert "gate: passed" in page and f'<tr id="parity-{run.pk}">' in page
+
+
 def test_the_version_page_says_why_an_upload_was_refused(client, alice, spec_version, device_class):
     client.login(username="alice", password=PASSWORD)
     data = zip_of({"a.png": png(), "tensors.npz": npz_of(b=GOOD)})
@@ -366,10 +393,7 @@ def test_a_user_checks_parity_in_the_browser(
     pack.write_bytes(planted(interpolation="bicubic"))
     page = browser.new_page()
     page.set_default_timeout(30_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "alice")
 
     page.goto(f"{live_server.url}{spec_version.get_absolute_url()}")
     expect(page.locator("#parity-gate")).to_have_text("gate: missing")

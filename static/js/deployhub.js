@@ -22,11 +22,14 @@
     if (response.ok) results.innerHTML = await response.text();
   }
 
+  // A jobs table row shows all four; a row of another table (a parity run) may show none
+  // and is watched only to reload the page when its job ends.
   function updateRow(row, status) {
-    setBadge(row.querySelector("[data-field=state]"), status);
-    row.querySelector("[data-field=progress]").value = status.progress;
-    row.querySelector("[data-field=message]").textContent = status.message;
-    row.querySelector("[data-field=attempt]").textContent = status.attempt;
+    const field = (name) => row.querySelector(`[data-field=${name}]`);
+    if (field("state")) setBadge(field("state"), status);
+    if (field("progress")) field("progress").value = status.progress;
+    if (field("message")) field("message").textContent = status.message;
+    if (field("attempt")) field("attempt").textContent = status.attempt;
   }
 
   function watchRow(row) {

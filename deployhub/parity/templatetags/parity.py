@@ -15,10 +15,14 @@ def parity_section(context):
     """Render the gate, the upload form and the runs of the page's version."""
     version = context["version"]
     classes = version.team.device_classes.all()
+    # The runs first, then the gate: a run read while its job was unfinished is watched by
+    # the page (data-live), which reloads when the job ends; a gate read first could miss
+    # a run that finished between the two reads and stay "missing" with nothing watched.
+    runs = list(ParityRun.objects.for_version(version)[:20])
     return {
         "version": version,
         "form": context.get("parity_form") or ParityForm(team=version.team),
-        "runs": ParityRun.objects.for_version(version)[:20],
+        "runs": runs,
         "gate": parity_gate(version),
         "pack_format": pack_format(),
         "has_classes": classes.exists(),
