@@ -72,6 +72,7 @@ def hub_job(redis, team, user, device_class):
         "committed": committed[0],
         "sent": job.sent_at.timestamp(),
         "task_started": stamps["task_started"],
+        "claim_sent": stamps["claim_sent"],
         "claimed": job.started_at.timestamp(),
         "claim_answered": stamps["claim_answered"],
         "succeeded": job.finished_at.timestamp(),
@@ -127,7 +128,8 @@ def dispatch_rows(bare, timings):
 STAGES = [
     ("committed", "sent", "on-commit publish (send_task)"),
     ("sent", "task_started", "broker and the worker's pick-up"),
-    ("task_started", "claimed", "claim request until the row is taken (HTTP, auth, lock)"),
+    ("task_started", "claim_sent", "the worker's task until it sends the claim"),
+    ("claim_sent", "claimed", "claim request until the row is taken (HTTP, auth, lock)"),
     ("claimed", "claim_answered", "claim's save, audit event, commit and answer"),
 ]
 

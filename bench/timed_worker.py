@@ -1,8 +1,8 @@
 """Run a device worker that reports when each job's task started and its claim was answered.
 
 `python -m bench.timed_worker <redis url> run --hub ...` is `python -m workers run ...`
-with two timestamps added around the claim (wall clock, the hub's clock on this
-machine): the task's start, and the claim's answer. After each job it pushes them,
+with three timestamps added around the claim (wall clock, the hub's clock on this
+machine): the task's start, the claim's request, and its answer. After each job it pushes them,
 with the job id, to a Redis list the bench waits on (BLPOP), so the bench never polls
 the database while a job is on its way. Nothing else of the worker changes.
 """
@@ -36,6 +36,7 @@ def timed(redis_url):
             client.rpush(TIMINGS, json.dumps(stamps))
 
     def timed_claim(hub, job_id, attempt):
+        stamps["claim_sent"] = time.time()
         answer = claim(hub, job_id, attempt)
         stamps["claim_answered"] = time.time()
         return answer
