@@ -99,9 +99,15 @@ class BenchmarkRunQuerySet(models.QuerySet):
         return flag_int8_slowdowns(runs)
 
     def for_model(self, model):
-        """Runs of every version of the model, oldest version first."""
-        runs = self.filter(model_version__model=model).select_related(
-            "model_version", "device", "device_class", "job", "engine"
+        """Runs of every version of the model, oldest version first.
+
+        A model's results JSON, CSV and report read a thousand runs of a few versions,
+        classes, devices and engines: each of those is read once and shared by its runs (a
+        join per run decoded the same version's graph a thousand times). The job is not
+        read: a run links to it by its id.
+        """
+        runs = self.filter(model_version__model=model).prefetch_related(
+            "model_version", "device", "device_class", "engine"
         )
         return flag_int8_slowdowns(list(runs.order_by("model_version__number", "created_at")))
 

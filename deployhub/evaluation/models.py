@@ -13,9 +13,13 @@ from deployhub.registry.models import Dataset, GoldenSet
 
 class AccuracyRunQuerySet(models.QuerySet):
     def for_model(self, model):
-        """Accuracy runs of the engines of every version of the model, oldest version first."""
-        runs = self.filter(engine__model_version__model=model).select_related(
-            "engine__model_version", "engine__device_class", "dataset", "job"
+        """Accuracy runs of the engines of every version of the model, oldest version first.
+
+        The few engines, versions, classes and datasets are each read once and shared by
+        their runs (BenchmarkRunQuerySet.for_model says why).
+        """
+        runs = self.filter(engine__model_version__model=model).prefetch_related(
+            "engine__model_version", "engine__device_class", "dataset"
         )
         return runs.order_by("engine__model_version__number", "created_at")
 
