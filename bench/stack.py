@@ -20,6 +20,9 @@ RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
 # this machine's 2 cores: a process per core, 8 threads each, so a quick call (a heartbeat)
 # is not queued behind slow pages. Under bench_load, 4 × 4 gave a worse p99 and twice the memory.
 GUNICORN = ("--workers", "2", "--threads", "8", "--keep-alive", "75")
+# The device API's own gunicorn (docker-compose.yml's hub-devices): devices' calls never queue
+# behind page renders for a process's interpreter lock.
+DEVICE_GUNICORN = ("--workers", "1", "--threads", "8", "--keep-alive", "75")
 DEVICE_WORKER = ("-m", "workers")
 
 
@@ -62,10 +65,14 @@ class Stack:
 
     def __init__(self, token, device, *, more=(), hub_worker=False, worker=DEVICE_WORKER):
         self.url = f"http://127.0.0.1:{free_port()}"
+        self.device_url = f"http://127.0.0.1:{free_port()}"
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}  # Dockerfile
         self.logs = tempfile.TemporaryFile()
-        self.processes = [self.start(sys.executable, "-m", "gunicorn", "deployhub.wsgi")]
-        wait_for(lambda: healthy(self.url), 60, "the hub")
+        self.processes = [
+            self.gunicorn(self.url, GUNICORN),
+            self.gunicorn(self.device_url, DEVICE_GUNICORN),
+        ]
+        wait_for(lambda: healthy(self.url) and healthy(self.device_url), 60, "the hub")
         if hub_worker:
             self.processes.append(self.start(sys.executable, *HUB_WORKER))
         for each_device, each_token in [(device, token), *more]:
@@ -77,10 +84,11 @@ class Stack:
             )
         time.sleep(1)  # let the consumers attach to their queues
 
+    def gunicorn(self, url, options):
+        host = url.removeprefix("http://")
+        return self.start(sys.executable, "-m", "gunicorn", "deployhub.wsgi", "-b", host, *options)
+
     def start(self, python, *command):
-        if command[:2] == ("-m", "gunicorn"):
-            host = self.url.removeprefix("http://")
-            command = (*command, "-b", host, *GUNICORN)
         return subprocess.Popen(
             [python, *command],
             cwd=ROOT,
@@ -91,14 +99,15 @@ class Stack:
 
     def worker_args(self, token):
         broker = os.environ["CELERY_BROKER_URL"]
-        return ["run", "--hub", self.url, "--token", token, "--broker", broker]
+        return ["run", "--hub", self.device_url, "--token", token, "--broker", broker]
 
     @property
     def web_pids(self):
-        """The gunicorn worker processes (not the arbiter): they serve the requests."""
+        """The gunicorn worker processes (not the arbiters) of the web and the device API."""
         import psutil
 
-        return [child.pid for child in psutil.Process(self.processes[0].pid).children()]
+        arbiters = self.processes[:2]
+        return [child.pid for arbiter in arbiters for child in psutil.Process(arbiter.pid).children()]
 
     def output(self):
         self.logs.seek(0)

@@ -11,11 +11,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def compose_commands(text):
-    """Return the command lists of every service, commented GPU worker included."""
+def compose_services():
+    """Return every service of the compose stack, the commented GPU worker included."""
+    text = (ROOT / "docker-compose.yml").read_text()
     uncommented = re.sub(r"^  # (?=gpu-worker:|  )", "  ", text, flags=re.MULTILINE)
-    services = yaml.safe_load(uncommented)["services"]
-    return {name: svc["command"] for name, svc in services.items() if "command" in svc}
+    return yaml.safe_load(uncommented)["services"]
+
+
+def compose_commands():
+    """Return the command lists of every service."""
+    return {name: svc["command"] for name, svc in compose_services().items() if "command" in svc}
 
 
 def check_command(command):
@@ -38,7 +43,7 @@ def check_command(command):
 
 
 def test_every_compose_command_exists_in_the_project():
-    commands = compose_commands((ROOT / "docker-compose.yml").read_text())
+    commands = compose_commands()
     assert {"web", "hub-worker", "cpu-worker", "gpu-worker", "migrate"} <= set(commands)
     problems = {name: check_command(cmd) for name, cmd in commands.items()}
     assert {name: why for name, why in problems.items() if why} == {}
@@ -49,8 +54,16 @@ def test_the_check_catches_a_command_that_does_not_exist():
     assert check_command(["deployhub-nothing", "run"])
 
 
+def test_device_workers_talk_to_the_hubs_own_device_processes():
+    services = compose_services()
+    assert services["devices"]["command"][:2] == services["web"]["command"][:2]  # the same hub
+    for worker in ("cpu-worker", "gpu-worker"):
+        assert services[worker]["environment"]["DEPLOYHUB_HUB_URL"] == "http://devices:8000"
+        assert "devices" in services[worker]["depends_on"]
+
+
 def test_the_hub_worker_runs_beat_for_the_reaper():
-    command = compose_commands((ROOT / "docker-compose.yml").read_text())["hub-worker"]
+    command = compose_commands()["hub-worker"]
     assert "--beat" in command and "hub" in command
 
 
