@@ -52,6 +52,9 @@ def test_it_claims_a_job_in_a_few_queries(
     assert job.state == JobState.RUNNING and job.device == device
     sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
     assert len(sql) == CLAIM_QUERIES, "\n".join(sql)
+    assert "ORDER BY" not in sql[0]  # the device by its unique token hash: nothing to sort
+    if connection.vendor == "postgresql":  # only the job's row: a class's claims never queue
+        assert [s.split("FOR UPDATE")[1] for s in sql if "FOR UPDATE" in s] == [' OF "jobs_job"']
 
 
 def test_it_keeps_database_connections_between_requests(tmp_path):

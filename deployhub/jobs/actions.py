@@ -71,7 +71,9 @@ def submit_job(*, team, kind, device_class, user, model_version=None, params=Non
 
 def _locked(job_id, device=None):
     """Lock and return the job; a device sees only its own team's jobs (others: DoesNotExist)."""
-    jobs = Job.objects.select_for_update().select_related("device_class")
+    # Only the job's row: a lock on the joined class row too would queue every claim,
+    # heartbeat and completion of a class behind each other.
+    jobs = Job.objects.select_for_update(of=("self",)).select_related("device_class")
     if device is None:
         return jobs.get(pk=job_id)
     job = jobs.filter(team_id=device.device_class.team_id).get(pk=job_id)
