@@ -9,8 +9,6 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.urls import reverse
-
 from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun
 from deployhub.evaluation.models import AccuracyRun
 
@@ -129,7 +127,7 @@ def benchmark_json(run):
         "batch_sweep": run.batch_sweep,
         "host": run.host,
         "gpu": run.gpu,
-        "url": reverse("job_detail", args=[run.job_id]),
+        "url": run.job_url,
     }
 
 

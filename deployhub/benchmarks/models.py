@@ -9,6 +9,7 @@ import numpy as np
 from django.db import models
 from django.db.models import Case, F, When
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 
 from deployhub.choices import ChoiceSet
 from deployhub.devices.models import ServingPattern
@@ -89,10 +90,9 @@ class BudgetVerdict:
 
 class BenchmarkRunQuerySet(models.QuerySet):
     def for_version(self, version):
+        """Runs of the version, sharing its few devices, classes and engines (as for_model)."""
         runs = list(
-            self.filter(model_version=version).select_related(
-                "device", "device_class", "job", "engine"
-            )
+            self.filter(model_version=version).prefetch_related("device", "device_class", "engine")
         )
         for run in runs:  # the page links each run to its version: not a query per run
             run.model_version = version
@@ -481,6 +481,11 @@ class BenchmarkRun(models.Model):
     def cv_core(self):
         """std / mean of the runs at or below p99, which the stability verdict judges."""
         return (self.stability or {}).get("cv_core")
+
+    @property
+    def job_url(self):
+        """The page of the job that measured the run (from its id: the job is not read)."""
+        return reverse("job_detail", args=[self.job_id])
 
     def gate(self):
         """Judge the run against its device class; the serving pattern picks what decides.
