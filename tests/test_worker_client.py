@@ -3,6 +3,7 @@
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -34,7 +35,7 @@ class FakeHubForClientTest:
         serve.start()
 
     def answer(self, method, path, *responses):
-        """Queue responses (status, body) for a path; the last one repeats."""
+        """Queue responses (status, body[, headers]) for a path; the last one repeats."""
         self.script[(method, "/api/v1/" + path)] = list(responses)
 
     def close(self):
@@ -56,9 +57,11 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         self.hub.requests.append((self.command, self.path, dict(self.headers), body))
         responses = self.hub.script.get((self.command, self.path), [(404, {"error": "no route"})])
-        status, payload = responses.pop(0) if len(responses) > 1 else responses[0]
+        status, payload, *headers = responses.pop(0) if len(responses) > 1 else responses[0]
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -145,6 +148,32 @@ def test_it_retries_once_after_a_503_then_succeeds(hub, client):
 
     assert answer == {"state": "online"}
     assert len(hub.requests) == 2
+
+
+def test_a_throttled_worker_waits_as_long_as_the_hub_asks_then_goes_on(hub, client):
+    throttled = (429, {"error": "Too many made-up tokens from this address."}, {"Retry-After": "1"})
+    hub.answer("POST", "device/heartbeat", throttled, (200, {"state": "online"}))
+
+    started = time.monotonic()
+    answer = client.heartbeat({"schema": 1})
+
+    assert answer == {"state": "online"} and len(hub.requests) == 2
+    assert time.monotonic() - started >= 1  # not the client's own 0.01 s backoff
+
+
+def test_a_worker_throttled_for_longer_says_so(hub):
+    throttled = (
+        429,
+        {"error": "Too many made-up tokens: try again in 600 s."},
+        {"Retry-After": "600"},
+    )
+    hub.answer("GET", "device", throttled)
+    client = HubClient(hub.url, TOKEN, timeout=0.2, retries=2, backoff=0.01)
+
+    with pytest.raises(HubError, match="try again in 600 s") as refused:
+        client.whoami()
+
+    assert refused.value.status == 429 and len(hub.requests) == 3  # each wait capped at 0.2 s
 
 
 def test_it_gives_up_after_a_bounded_number_of_503s(hub, client):

@@ -11,7 +11,8 @@ from workers.errors import JobError
 
 API_PREFIX = "/api/v1/"
 # Statuses a restarting hub or its proxy answers; anything else is final.
-RETRY_STATUSES = frozenset({502, 503, 504})
+# Retried: a hub restarting or its database away (502-504), and a throttled address (429).
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
 CHUNK_BYTES = 1024 * 1024
 
 
@@ -169,6 +170,10 @@ class HubClient:
                 if response.status_code not in RETRY_STATUSES or last_try:
                     return _raise_for_status(response, method, path)
                 response.close()
+                # The hub's Retry-After, up to as long as a request may take.
+                wait = min(_retry_after(response), self.timeout)
+                time.sleep(max(self.backoff * 2**attempt, wait))
+                continue
             time.sleep(self.backoff * 2**attempt)
 
     def _send(self, method, path, **kwargs):
@@ -192,6 +197,14 @@ def _connection_reason(error):
     """Return the OS-level reason of a connection error (e.g. connection refused)."""
     match = re.search(r"\[Errno -?\d+\][^'\")]+", str(error))
     return match.group(0).strip() if match else str(error)
+
+
+def _retry_after(response):
+    """The seconds the hub asked to wait (Retry-After), 0 when it did not say."""
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", 0)))
+    except ValueError:  # an HTTP date: not something the hub sends
+        return 0.0
 
 
 def _rewind_files(kwargs):
