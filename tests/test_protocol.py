@@ -306,6 +306,31 @@ def test_it_refuses_an_artifact_from_a_stale_attempt_and_keeps_no_file(
     assert not (settings.STORAGE_ROOT / "artifacts" / digest[:2] / digest).exists()
 
 
+def test_an_artifact_whose_row_is_not_saved_leaves_no_file(
+    client, job, make_device, settings, monkeypatch
+):
+    from django.db import OperationalError
+
+    from deployhub.jobs.models import Artifact
+
+    _, token = make_device()
+    call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+
+    def database_gone(**fields):
+        raise OperationalError("the database went away at the commit")
+
+    monkeypatch.setattr(Artifact.objects, "create", database_gone)
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/artifacts",
+        {"attempt": 1, "name": "engine.bin", "file": SimpleUploadedFile("e", b"unsaved engine")},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 503 and "error" in response.json()
+    digest = hashlib.sha256(b"unsaved engine").hexdigest()
+    assert not (settings.STORAGE_ROOT / "artifacts" / digest[:2] / digest).exists()
+    assert list(settings.FILE_UPLOAD_TEMP_DIR.iterdir()) == []
+
+
 def test_a_draining_device_is_refused_and_the_job_goes_back_on_the_queue(
     client, job, make_device, broker
 ):
