@@ -306,6 +306,25 @@ def test_it_refuses_an_artifact_from_a_stale_attempt_and_keeps_no_file(
     assert not (settings.STORAGE_ROOT / "artifacts" / digest[:2] / digest).exists()
 
 
+def test_a_refused_artifact_never_touches_the_stored_file_of_the_same_bytes(
+    client, job, make_device, monkeypatch
+):
+    """A stale attempt uploading what the holder stored must not place (then remove) it."""
+    from deployhub.jobs import artifacts
+
+    _, token = make_device()
+    call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
+    Job.objects.filter(pk=job.pk).update(attempt=2)
+    placed = []
+    monkeypatch.setattr(artifacts, "place", lambda *args, **kw: placed.append(args) or True)
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/artifacts",
+        {"attempt": 1, "name": "engine.bin", "file": SimpleUploadedFile("e", b"same bytes")},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 409 and placed == []
+
+
 def test_an_artifact_whose_row_is_not_saved_leaves_no_file(
     client, job, make_device, settings, monkeypatch
 ):
@@ -317,7 +336,7 @@ def test_an_artifact_whose_row_is_not_saved_leaves_no_file(
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
 
     def database_gone(**fields):
-        raise OperationalError("the database went away at the commit")
+        raise OperationalError("the database went away")
 
     monkeypatch.setattr(Artifact.objects, "create", database_gone)
     response = client.post(

@@ -2,11 +2,12 @@
 
 from pathlib import Path
 
+from django.core.files.storage import default_storage
 from django.db import transaction
 
 from deployhub.jobs.actions import JobConflict, check_holder
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.registry.uploads import placed, received
+from deployhub.registry.uploads import place, received
 
 
 def artifact_path(sha256):
@@ -16,21 +17,28 @@ def artifact_path(sha256):
 def store_artifact(job, device, attempt, name, upload):
     """Store an uploaded artifact of the running attempt; refuse anyone else.
 
-    The file goes in place before its row is saved, and out again when the save or its
-    commit fails (registry.uploads.placed): no file is left without its row.
+    The holder is checked before the file is placed: a refused upload never touches the
+    stored file of the same bytes another attempt may hold. A file this call placed goes
+    again when its row or the commit fails: no file is left without its row.
     """
     with received(upload) as (tmp_path, sha256, size):
-        path = artifact_path(sha256)
-        with placed(tmp_path, path), transaction.atomic():
-            job = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
-            check_holder(job, device, attempt)
-            if job.state != JobState.RUNNING:
-                raise JobConflict(f"The job is {job.state}.")
-            return Artifact.objects.create(
-                job=job,
-                attempt=attempt,
-                name=Path(name).name[:100],
-                file=path,
-                sha256=sha256,
-                size=size,
-            )
+        path, new = artifact_path(sha256), False
+        try:
+            with transaction.atomic():
+                job = Job.objects.select_for_update().get(pk=job.pk)
+                check_holder(job, device, attempt)
+                if job.state != JobState.RUNNING:
+                    raise JobConflict(f"The job is {job.state}.")
+                new = place(tmp_path, path)
+                return Artifact.objects.create(
+                    job=job,
+                    attempt=attempt,
+                    name=Path(name).name[:100],
+                    file=path,
+                    sha256=sha256,
+                    size=size,
+                )
+        except BaseException:
+            if new:
+                default_storage.delete(path)
+            raise
