@@ -9,12 +9,12 @@ from django.core.management import get_commands
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+COMPOSE = (ROOT / "docker-compose.yml").read_text()
 
 
 def compose_services():
     """Return every service of the compose stack, the commented GPU worker included."""
-    text = (ROOT / "docker-compose.yml").read_text()
-    uncommented = re.sub(r"^  # (?=gpu-worker:|  )", "  ", text, flags=re.MULTILINE)
+    uncommented = re.sub(r"^  # (?=gpu-worker:|  )", "  ", COMPOSE, flags=re.MULTILINE)
     return yaml.safe_load(uncommented)["services"]
 
 
@@ -57,9 +57,11 @@ def test_the_check_catches_a_command_that_does_not_exist():
 def test_device_workers_talk_to_the_hubs_own_device_processes():
     services = compose_services()
     assert services["devices"]["command"][:2] == services["web"]["command"][:2]  # the same hub
+    allowed = re.search(r"ALLOWED_HOSTS: \$\{ALLOWED_HOSTS:-([^}]*)\}", COMPOSE).group(1)
     for worker in ("cpu-worker", "gpu-worker"):
         assert services[worker]["environment"]["DEPLOYHUB_HUB_URL"] == "http://devices:8000"
         assert "devices" in services[worker]["depends_on"]
+    assert "devices" in allowed.split(",")  # else the hub answers the workers 400
 
 
 def test_the_hub_worker_runs_beat_for_the_reaper():
