@@ -161,6 +161,15 @@ def test_a_throttled_worker_waits_as_long_as_the_hub_asks_then_goes_on(hub, clie
     assert time.monotonic() - started >= 1  # not the client's own 0.01 s backoff
 
 
+def test_a_restarting_hub_is_given_the_time_it_asks_for(hub, client):
+    restarting = (503, {"error": "The database is not answering."}, {"Retry-After": "1"})
+    hub.answer("GET", "device", restarting, (200, {"name": "edge-1"}))
+
+    started = time.monotonic()
+    assert client.whoami() == {"name": "edge-1"}
+    assert time.monotonic() - started >= 1
+
+
 def test_a_worker_throttled_for_longer_says_so(hub):
     throttled = (
         429,

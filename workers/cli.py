@@ -300,7 +300,8 @@ def _token_arguments(parser):
 
 
 def _wait_for_hub(client):
-    """Return whoami(), waiting up to HUB_WAIT_SECONDS for a hub that is not up yet."""
+    """Return whoami(), waiting up to HUB_WAIT_SECONDS for a hub that is not up yet (or that
+    throttles this address for a while: 429)."""
     deadline = time.monotonic() + HUB_WAIT_SECONDS
     while True:
         try:

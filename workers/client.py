@@ -10,8 +10,8 @@ import requests
 from workers.errors import JobError
 
 API_PREFIX = "/api/v1/"
-# Statuses a restarting hub or its proxy answers; anything else is final.
-# Retried: a hub restarting or its database away (502-504), and a throttled address (429).
+# Retried, after the hub's Retry-After if it says one: a hub restarting or its database away
+# (502-504) and a throttled address (429); any other status is final.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 CHUNK_BYTES = 1024 * 1024
 

@@ -767,7 +767,8 @@ def _is_lost(error):
 
 
 def patiently(call, *args, **kwargs):
-    """Call the hub, retrying for HUB_PATIENCE_SECONDS while it is unavailable (503, down)."""
+    """Call the hub, retrying for HUB_PATIENCE_SECONDS while it is unavailable (503, down) or
+    throttles this address (429)."""
     deadline = time.monotonic() + HUB_PATIENCE_SECONDS
     while True:
         try:
