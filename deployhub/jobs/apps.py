@@ -13,5 +13,8 @@ class JobsConfig(AppConfig):
 
         kinds.subscribe(JobKind.NOOP, inputs=(kinds.model_input,))
         version_page.contribute(
-            pages.version_part, slot="activity", template="jobs/_version_section.html"
+            pages.version_part,
+            slot="activity",
+            template="jobs/_version_section.html",
+            read_first=True,
         )

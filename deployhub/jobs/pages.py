@@ -29,8 +29,8 @@ def job_context(job):
 def version_part(version):
     """The version page's jobs table (registered in apps.py).
 
-    Read now, before the parts of the apps above (engines, results, gates) that a job
-    adds to: a job read unfinished is watched by the page, which reloads when it ends,
-    and one read finished has its results in every part read after it.
+    Read first (read_first in apps.py) and now, not when drawn: a job read unfinished is
+    watched by the page, which reloads when it ends, and one read finished has its
+    results in every part read after it (engines, results, gates).
     """
     return {"jobs": list(version.jobs.select_related("device_class", "device")[:20])}

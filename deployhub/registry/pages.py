@@ -27,13 +27,16 @@ _providers = []
 _sections = {slot: [] for slot in SLOTS}
 
 
-def contribute(provider=None, *, slot=None, template=None):
+def contribute(provider=None, *, slot=None, template=None, read_first=False):
     """Add provider(version) -> dict to every version page's context, and template to a slot.
 
     Called from an AppConfig.ready(); calling it again with the same arguments adds nothing.
+    read_first: the provider reads before every other part, whatever the apps' order (the
+    jobs table: a job it reads unfinished is watched by the page, and one it reads finished
+    has its engine, run or gate in every part read after it).
     """
     if provider is not None and provider not in _providers:
-        _providers.append(provider)
+        _providers.insert(0 if read_first else len(_providers), provider)
     if template is not None and template not in _sections[slot]:
         _sections[slot].append(template)
 

@@ -39,11 +39,13 @@
         updateRow(row, status);
         if (status.final) {
           row.removeAttribute("data-live");
-          if (status.state !== "succeeded") return;
           // A compile, an export, a parity check or an evaluation adds an engine, a version,
-          // a gate or a flag to the page: show it. A benchmark only adds a results row.
-          if (RELOAD_KINDS.includes(status.kind_value)) location.reload();
-          else await refreshResults();
+          // a gate or a flag to the page: show it. A row with no state of its own (a parity
+          // run's) is redrawn however its job ended. A benchmark only adds a results row.
+          const succeeded = status.state === "succeeded";
+          const showsState = row.querySelector("[data-field=state]");
+          if (RELOAD_KINDS.includes(status.kind_value) && (succeeded || !showsState)) location.reload();
+          else if (succeeded) await refreshResults();
           return;
         }
       } catch (err) { console.warn(err); }
