@@ -20,8 +20,9 @@ RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
 # this machine's 2 cores: a process per core, 8 threads each, so a quick call (a heartbeat)
 # is not queued behind slow pages. Under bench_load, 4 × 4 gave a worse p99 and twice the memory.
 GUNICORN = ("--workers", "2", "--threads", "8", "--keep-alive", "75")
-# The device API's own gunicorn (docker-compose.yml's hub-devices): devices' calls never queue
-# behind page renders for a process's interpreter lock.
+# The device API's own gunicorn (docker-compose.yml's devices service, which runs 2 processes;
+# one here, on a 2-core machine): devices' calls never queue behind page renders for a web
+# process's interpreter lock.
 DEVICE_GUNICORN = ("--workers", "1", "--threads", "8", "--keep-alive", "75")
 DEVICE_WORKER = ("-m", "workers")
 
@@ -107,7 +108,9 @@ class Stack:
         import psutil
 
         arbiters = self.processes[:2]
-        return [child.pid for arbiter in arbiters for child in psutil.Process(arbiter.pid).children()]
+        return [
+            child.pid for arbiter in arbiters for child in psutil.Process(arbiter.pid).children()
+        ]
 
     def output(self):
         self.logs.seek(0)

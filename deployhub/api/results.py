@@ -70,9 +70,7 @@ def engine_benchmarks(request, pk):
     engine = get_engine_for_user(request, pk)
     version = engine.model_version
     if request.method == "GET":
-        runs = engine.benchmarks.select_related(
-            "model_version", "device", "device_class", "job", "engine"
-        )
+        runs = engine.benchmarks.select_related("model_version", "device", "device_class", "engine")
         return _runs(flag_int8_slowdowns(list(runs)))
     form = _form(request, version, device_class=engine.device_class)
     return _submitted(request, form, version, engine=engine)

@@ -138,10 +138,12 @@ class DeviceQuerySet(models.QuerySet):
         """Return the device holding this token, or None."""
         if not token or not token.startswith(TOKEN_PREFIX):
             return None
-        # The hash is unique: no ordering (first() would join and sort by the class's slug,
-        # which cost most of a heartbeat's time to compile).
-        found = self.select_related("device_class__team").filter(token_hash=hash_token(token))
-        return next(iter(found.order_by()[:1]), None)
+        # get(), not first(): the hash is unique, and first() would join and sort by the
+        # class's slug, which took half a heartbeat's time to compile.
+        try:
+            return self.select_related("device_class__team").get(token_hash=hash_token(token))
+        except self.model.DoesNotExist:
+            return None
 
 
 class Device(models.Model):
