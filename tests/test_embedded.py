@@ -1,6 +1,8 @@
 """`make run`'s embedded mode: SQLite, the filesystem broker, hub worker and local worker."""
 
 import contextlib
+import csv
+import io
 import os
 import re
 import signal
@@ -8,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -25,16 +28,23 @@ def free_port():
         return sock.getsockname()[1]
 
 
+# make run's lease is 30 s; the shared stack's is shorter, so that a job whose worker
+# died is re-queued within a test's time (scripts/soak.py does the same).
+LEASE_S = 10
+REAPER_INTERVAL_S = 5  # make run's
+
+
 @contextlib.contextmanager
-def run_embedded(tmp_path):
-    """Start `manage.py run_embedded` with nothing configured but a fresh var/ folder."""
+def run_embedded(tmp_path, extra_env=None):
+    """Start `manage.py run_embedded` with nothing configured but a fresh var/ folder (and
+    what `extra_env` sets)."""
     port = free_port()
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
     }
-    env.update(DEPLOYHUB_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1")
+    env.update(DEPLOYHUB_VAR_DIR=str(tmp_path / "var"), PYTHONUNBUFFERED="1", **(extra_env or {}))
     log = open(tmp_path / "run.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "manage.py", "run_embedded", "--port", str(port)],
@@ -84,7 +94,8 @@ def embedded(tmp_path):
 @pytest.fixture(scope="module")
 def shared_stack(tmp_path_factory):
     """One stack for the tests that leave it running, however many of its children they kill."""
-    with run_embedded(tmp_path_factory.mktemp("embedded")) as stack:
+    lease = {"DEPLOYHUB_JOB_LEASE_SECONDS": str(LEASE_S)}
+    with run_embedded(tmp_path_factory.mktemp("embedded"), lease) as stack:
         yield stack
 
 
@@ -247,13 +258,17 @@ def kill_and_wait_for_restart(embedded, command):
     """kill -9 the stack's child running `command`; return its old and its new pid."""
     old = child_pid(embedded, command)
     os.kill(old, signal.SIGKILL)
-    new = wait_until(
-        lambda: (pid := child_pid(embedded, command)) != old and pid,
+    return old, wait_for_restart(embedded, command, old)
+
+
+def wait_for_restart(embedded, command, old):
+    """Wait until the supervisor restarted the child running `command`; return its new pid."""
+    return wait_until(
+        lambda: (pid := child_pid(embedded, command)) not in (None, old) and pid,
         30,
         f"{command} to restart",
         on_timeout=embedded["output"],
     )
-    return old, new
 
 
 @contextlib.contextmanager
@@ -275,6 +290,227 @@ def answers_meanwhile(url):
     finally:
         done.set()
         thread.join()
+
+
+# ---------------------------------------------------------------- faults mid-job (issue 15)
+
+LOCAL_WORKER = "-m workers run"
+HUB_WORKER = "deployhub worker"
+DEMO_BUILD = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
+# The audit verbs of a job's end: a job recorded twice has two of them.
+FINAL_VERBS = (
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "job.reaped.failed",
+    "job.reaped.cancelled",
+)
+
+
+class Jobs:
+    """Submit jobs on the stack as alice does over the REST API; read what became of them."""
+
+    def __init__(self, stack):
+        self.stack, self.url = stack, stack["url"]
+        self.session = login(self.url)
+        self.session.headers["Authorization"] = f"Bearer {self.new_token()}"
+        self.version = self.demo_version()
+
+    def new_token(self):
+        """Create a personal API token for alice in the browser; return it (shown once)."""
+        page = self.session.post(
+            f"{self.url}/account/tokens/",
+            data={
+                "name": "faults",
+                "scope": "full",
+                "csrfmiddlewaretoken": self.session.cookies["csrftoken"],
+            },
+        ).text
+        return re.search(r"dhu_[\w-]+", page).group(0)
+
+    def api(self, method, path, **kwargs):
+        response = self.session.request(method, f"{self.url}/api/v1/{path}", **kwargs)
+        assert response.ok, f"{method} {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def demo_version(self):
+        """Return the id of the demo model's version 2."""
+        models = self.api("GET", "models")["models"]
+        model = next(m for m in models if m["name"] == "digits-cnn")
+        versions = self.api("GET", f"models/{model['id']}")["versions"]
+        return next(v["id"] for v in versions if v["number"] == 2)
+
+    def compile(self):
+        """Queue a build of the demo model for local-cpu; return the job's id."""
+        body = {"device_class": "local-cpu", "backend": "onnxruntime", "build_config": DEMO_BUILD}
+        answer = self.api("POST", f"versions/{self.version}/engines", json=body)
+        assert not answer["reused"], f"the engine was built before this test: {answer}"
+        return answer["job"]["id"]
+
+    def benchmark(self, seconds=None):
+        """Queue a benchmark on local-cpu: a short one, or one that measures for `seconds`."""
+        body = {"device_class": "local-cpu", "iterations": 20, "warmup_iterations": 2}
+        if seconds:
+            body = {"device_class": "local-cpu", "duration_s": seconds, "warmup_s": 0.2}
+        return self.api("POST", f"versions/{self.version}/benchmarks", json=body)["job"]["id"]
+
+    def status(self, job_id):
+        """The job as its page shows it: state, attempt, progress and the whole log."""
+        return self.session.get(f"{self.url}/jobs/{job_id}/status").json()
+
+    def wait(self, job_id, condition, timeout, what):
+        """Wait until the job's status meets `condition`; return that status."""
+        return wait_until(
+            lambda: condition(status := self.status(job_id)) and status,
+            timeout,
+            f"job {job_id}: {what}",
+            interval=0.05,
+            on_timeout=lambda: f"{self.status(job_id)}\n{self.stack['output']()}",
+        )
+
+    def wait_final(self, job_id, timeout=90):
+        return self.wait(job_id, lambda s: s["final"], timeout, "to end")
+
+    def engines(self):
+        """The demo version's engines for local-cpu of the build the tests ask for."""
+        return [
+            engine
+            for engine in self.api("GET", f"versions/{self.version}/engines")["engines"]
+            if engine["device_class"] == "local-cpu"
+            and engine["backend"] == "onnxruntime"
+            and DEMO_BUILD.items() <= engine["build_config"].items()
+        ]
+
+    def benchmark_runs(self, job_id):
+        """The version's benchmark runs that the job recorded."""
+        runs = self.api("GET", f"versions/{self.version}/benchmarks")["benchmarks"]
+        return [run for run in runs if run["job"] == job_id]
+
+    def endings(self, job_id):
+        """The job's ends in the team's audit log: one, unless it was recorded twice."""
+        audit = self.session.get(f"{self.url}/team/audit.csv?object=job&object_id={job_id}")
+        rows = csv.DictReader(io.StringIO(audit.text))
+        return [row["verb"] for row in rows if row["verb"] in FINAL_VERBS]
+
+    def outcome(self, job_ids):
+        """Count what became of the jobs: finished, lost (not final), run twice; and say it."""
+        statuses = [self.status(job_id) for job_id in job_ids]
+        finished = sum(s["final"] for s in statuses)
+        figures = {
+            "submitted": len(job_ids),
+            "finished": finished,
+            "lost": len(job_ids) - finished,
+            "run_twice": sum(len(self.endings(job_id)) > 1 for job_id in job_ids),
+        }
+        states = ", ".join(f"{s['id']} {s['state']} on attempt {s['attempt']}" for s in statuses)
+        said = ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in figures.items())
+        return {**figures, "said": f"jobs {said} (jobs {states})"}
+
+
+@pytest.fixture
+def jobs(shared_stack):
+    wait_for_worker_online(shared_stack)
+    return Jobs(shared_stack)
+
+
+def last_line(status):
+    """The job's last log line, without its time stamp."""
+    return status["log"].strip().splitlines()[-1].split(" ", 1)[-1]
+
+
+@pytest.mark.e2e
+def test_it_finishes_a_compile_whose_worker_was_killed_mid_build_with_one_engine(
+    shared_stack, jobs
+):
+    compile_id, behind = jobs.compile(), jobs.benchmark()
+    jobs.wait(compile_id, lambda s: "input model verified" in s["log"], 60, "the build to start")
+
+    old = child_pid(shared_stack, LOCAL_WORKER)
+    os.kill(old, signal.SIGKILL)
+    killed = jobs.status(compile_id)
+
+    new = wait_for_restart(shared_stack, LOCAL_WORKER, old)
+    done = jobs.wait_final(compile_id)
+    jobs.wait_final(behind)
+    engines, outcome = jobs.engines(), jobs.outcome([compile_id, behind])
+    report = (
+        f"kill -9 the local worker (pid {old}; restarted as {new}) while compile job "
+        f"{compile_id} was building (attempt {killed['attempt']}, {killed['state']}, its last "
+        f"log line: {last_line(killed)!r}); it {done['state']} on attempt {done['attempt']} "
+        f"with {len(engines)} engine(s); {outcome['said']}"
+    )
+    print(report)
+    assert done["state"] == "succeeded" and done["attempt"] > 1, report
+    assert len(engines) == 1, report
+    assert outcome["lost"] == outcome["run_twice"] == 0, report
+    assert jobs.status(behind)["state"] == "succeeded", report
+    assert f"local-worker (pid {old}) was killed by SIGKILL" in shared_stack["output"]()
+
+
+@pytest.mark.e2e
+def test_a_sigterm_lets_the_running_job_finish_before_the_local_worker_exits(shared_stack, jobs):
+    long_id = jobs.benchmark(seconds=4)
+    behind = jobs.benchmark()
+    running = jobs.wait(
+        long_id, lambda s: s["state"] == "running" and s["progress"] > 0, 60, "to measure"
+    )
+    old = child_pid(shared_stack, LOCAL_WORKER)
+
+    os.kill(old, signal.SIGTERM)  # only the worker's main process, as `kill <pid>` does
+    started = time.monotonic()
+    wait_until(
+        lambda: not psutil.pid_exists(old) or psutil.Process(old).status() == "zombie",
+        60,
+        "the local worker to exit",
+        on_timeout=shared_stack["output"],
+    )
+    waited = time.monotonic() - started
+    after = jobs.status(long_id)
+    new = wait_for_restart(shared_stack, LOCAL_WORKER, old)
+    jobs.wait_final(behind)
+    runs, outcome = jobs.benchmark_runs(long_id), jobs.outcome([long_id, behind])
+    report = (
+        f"SIGTERM the local worker (pid {old}) while benchmark job {long_id} ran (progress "
+        f"{running['progress']:.2f}): it exited {waited:.1f} s later, the job then "
+        f"{after['state']} on attempt {after['attempt']} with {len(runs)} benchmark run(s); "
+        f"restarted as {new}; {outcome['said']}"
+    )
+    print(report)
+    assert after["state"] == "succeeded" and after["attempt"] == 1, report
+    assert len(runs) == 1, report
+    assert outcome["lost"] == outcome["run_twice"] == 0, report
+    assert jobs.status(behind)["state"] == "succeeded", report
+    assert f"local-worker (pid {old}) exited with code 0" in shared_stack["output"](), report
+
+
+@pytest.mark.e2e
+def test_the_restarted_hub_worker_requeues_a_job_whose_worker_was_killed(shared_stack, jobs):
+    long_id = jobs.benchmark(seconds=4)
+    jobs.wait(long_id, lambda s: s["state"] == "running" and s["progress"] > 0, 60, "to measure")
+
+    hub_old, old = child_pid(shared_stack, HUB_WORKER), child_pid(shared_stack, LOCAL_WORKER)
+    os.kill(hub_old, signal.SIGKILL)
+    os.kill(old, signal.SIGKILL)
+    killed = time.monotonic()
+    hub_new = wait_for_restart(shared_stack, HUB_WORKER, hub_old)
+    new = wait_for_restart(shared_stack, LOCAL_WORKER, old)
+    jobs.wait(long_id, lambda s: s["attempt"] > 1, 60, "to be re-queued")
+    took = time.monotonic() - killed
+    done = jobs.wait_final(long_id)
+    runs, outcome = jobs.benchmark_runs(long_id), jobs.outcome([long_id])
+    reaped = [line for line in done["log"].splitlines() if "lease expired" in line]
+    report = (
+        f"kill -9 the hub worker (pid {hub_old}; restarted as {hub_new}), then the local "
+        f"worker (pid {old}; restarted as {new}) running benchmark job {long_id}: the hub "
+        f"re-queued it {took:.1f} s later (lease {LEASE_S} s; its log: {reaped}); it "
+        f"{done['state']} on attempt {done['attempt']} with {len(runs)} benchmark run(s); "
+        f"{outcome['said']}"
+    )
+    print(report)
+    assert took <= LEASE_S + 3 * REAPER_INTERVAL_S + 5, report
+    assert len(reaped) == 1 and "re-queued as attempt 2" in reaped[0], report
+    assert done["state"] == "succeeded" and done["attempt"] == 2, report
+    assert len(runs) == 1 and outcome["run_twice"] == 0, report
 
 
 SLEEPER_WITH_A_CHILD = (
