@@ -20,6 +20,7 @@ from deployhub import embedded as supervision
 from deployhub.demo.management.commands.seed_demo import demo_password
 from deployhub.embedded import Backoff, Child, Supervisor
 from tests.conftest import ROOT, wait_until
+from tests.soak_world import FINAL_VERBS  # the audit verbs of a job's end: one per run
 
 
 def free_port():
@@ -297,14 +298,6 @@ def answers_meanwhile(url):
 LOCAL_WORKER = "-m workers run"
 HUB_WORKER = "deployhub worker"
 DEMO_BUILD = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
-# The audit verbs of a job's end: a job recorded twice has two of them.
-FINAL_VERBS = (
-    "job.succeeded",
-    "job.failed",
-    "job.cancelled",
-    "job.reaped.failed",
-    "job.reaped.cancelled",
-)
 
 
 class Jobs:
