@@ -98,6 +98,31 @@ class BenchmarkRunQuerySet(models.QuerySet):
             run.model_version = version
         return flag_int8_slowdowns(runs)
 
+    def latest_of_version(self, version, count):
+        """The version's latest `count` runs, newest first, flagged against all its runs (an
+        INT8 run slower than an FP32 one of its class and batch), and how many it has.
+
+        Only the latest are read whole: the flags need four fields of the others, and a
+        version with hundreds of runs spent most of its page decoding what it did not show.
+        """
+        newest_first = ("-created_at", "-pk")
+        every = list(
+            self.filter(model_version=version)
+            .order_by(*newest_first)
+            .only(*FLAGGED_BY, "created_at")
+            .prefetch_related("engine")
+        )
+        flags = {run.pk: run.int8_slower_than for run in flag_int8_slowdowns(every)[:count]}
+        latest = list(
+            self.filter(pk__in=flags)
+            .order_by(*newest_first)
+            .prefetch_related("device", "device_class", "engine")
+        )
+        for run in latest:
+            run.model_version = version  # the page links each run to its version: no query
+            run.int8_slower_than = flags[run.pk]
+        return latest, len(every)
+
     def for_model(self, model):
         """Runs of every version of the model, oldest version first.
 
@@ -145,6 +170,10 @@ def engine_precision(engine):
 def precision_of(run):
     """Return the precision a run measured: its engine's, else the source model's fp32."""
     return engine_precision(run.engine)
+
+
+# What flag_int8_slowdowns reads of each run.
+FLAGGED_BY = ("device_class_id", "batch_size", "latency_p50_ms", "engine_id")
 
 
 def flag_int8_slowdowns(runs):

@@ -10,8 +10,8 @@ PAGE_RUNS = 50
 
 def results_part(version):
     """The version's latest PAGE_RUNS runs, newest first, and how many it has in all."""
-    runs = BenchmarkRun.objects.for_version(version)
-    return {"benchmarks": runs[:PAGE_RUNS], "benchmarks_total": len(runs)}
+    latest, total = BenchmarkRun.objects.latest_of_version(version, PAGE_RUNS)
+    return {"benchmarks": latest, "benchmarks_total": total}
 
 
 def version_part(version):
