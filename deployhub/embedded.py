@@ -149,9 +149,21 @@ class Supervisor:
         return [c for c in self.children if not c.running and c.restart_at is None]
 
     def handle_crash(self, child):
-        """Reap the child's group, schedule its restart with backoff, and say so in one line."""
+        """Reap the child's group, schedule its restart with backoff, and say so in one line.
+
+        A child that was up a while and exited with code 0 was asked to stop (a worker's
+        warm shutdown on SIGTERM): it is restarted after the first delay, not counted as a
+        crash. One that exits 0 at once is a crash like any other, so a loop shows.
+        """
         pid, uptime = child.pid, time.monotonic() - child.started_at
         self.reap_group(pid)
+        if child.process.returncode == 0 and uptime >= QUICK_CRASH_S:
+            child.backoff, child.restart_at = Backoff(), time.monotonic() + FIRST_DELAY_S
+            self.say(
+                f"{child.name} (pid {pid}) stopped cleanly (exit code 0) after {uptime:.0f} s "
+                f"up; restarting it in {FIRST_DELAY_S:g} s"
+            )
+            return
         child.backoff = child.backoff.after_crash(uptime)
         child.restart_at = time.monotonic() + child.backoff.delay
         self.say(

@@ -473,7 +473,9 @@ def test_a_sigterm_lets_the_running_job_finish_before_the_local_worker_exits(sha
     assert len(runs) == 1, report
     assert outcome["lost"] == outcome["run_twice"] == 0, report
     assert jobs.status(behind)["state"] == "succeeded", report
-    assert f"local-worker (pid {old}) exited with code 0" in shared_stack["output"](), report
+    assert f"local-worker (pid {old}) stopped cleanly (exit code 0)" in shared_stack["output"](), (
+        report
+    )
 
 
 @pytest.mark.e2e
@@ -510,6 +512,7 @@ SLEEPER_WITH_A_CHILD = (
     "import subprocess, sys, time; "
     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
 )
+STOPS_CLEANLY = "import time; time.sleep(2.2)"  # up past QUICK_CRASH_S, then exits 0
 CANNOT_START = "import sys; print('cannot bind 127.0.0.1:8000', file=sys.stderr); sys.exit(3)"
 
 
@@ -545,6 +548,24 @@ def test_it_kills_a_crashed_childs_whole_group_before_restarting_it(supervisor, 
     wait_until(lambda: supervisor.tick() or child.running, 30, "the restart")
     assert child.pid != old
     assert supervisor.lines[1] == (f"hub-worker restarted (pid {child.pid})", False)
+
+
+def test_a_child_that_stopped_cleanly_is_restarted_without_counting_a_crash(
+    supervisor, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(supervision, "FIRST_DELAY_S", 0.01)
+    child = supervise(supervisor, "local-worker", STOPS_CLEANLY, tmp_path)
+
+    for restarts in (1, 2):  # twice: a second clean stop waits no longer than the first
+        wait_until(
+            lambda n=restarts: supervisor.tick() or len(supervisor.lines) >= 2 * n,
+            30,
+            "the stop and the restart",
+        )
+    stops = [line for line, loud in supervisor.lines if "stopped cleanly" in line]
+    assert len(stops) == 2 and all("restarting it in 0.01 s" in line for line in stops)
+    assert not any("crash" in line for line, _ in supervisor.lines)
+    assert child.backoff == Backoff()
 
 
 def test_it_reports_a_crash_loop_loudly_and_keeps_retrying(supervisor, tmp_path, monkeypatch):
