@@ -45,16 +45,10 @@ def main(argv=None):
 
 def run(args):
     """Serve this device's queue until stopped (SIGTERM or Ctrl-C)."""
-    try:
-        token = _token(args)
-    except OSError as error:
-        _say(f"cannot read the token file: {error}")
-        return 2
-    if not args.hub or not token:
-        _say(TOKEN_REQUIRED)
+    client = _hub_client(args)
+    if client is None:
         return 2
     _remove_dead_scratch(args.workdir)
-    client = HubClient(args.hub, token)
     try:
         device = _wait_for_hub(client)
         CONTEXT.fingerprint = _fingerprint(args.fingerprint_override)
@@ -78,6 +72,19 @@ def run(args):
     finally:
         stop.set()
     return 0
+
+
+def _hub_client(args):
+    """Return a client of the hub for this device, or None after saying what is missing."""
+    try:
+        token = _token(args)
+    except OSError as error:
+        _say(f"cannot read the token file: {error}")
+        return None
+    if not args.hub or not token:
+        _say(TOKEN_REQUIRED)
+        return None
+    return HubClient(args.hub, token)
 
 
 def _token(args):
@@ -149,15 +156,9 @@ def fetch_production(args):
     release, the device cannot run one (409), or a file fails a check; 2 for a
     missing or refused token.
     """
-    try:
-        token = _token(args)
-    except OSError as error:
-        _say(f"cannot read the token file: {error}")
+    client = _hub_client(args)
+    if client is None:
         return 2
-    if not args.hub or not token:
-        _say(TOKEN_REQUIRED)
-        return 2
-    client = HubClient(args.hub, token)
     try:
         device = client.whoami()
         if not device.get("has_fingerprint"):  # a device that never ran a worker: say what it is
