@@ -60,10 +60,14 @@ def test_it_keeps_up_with_a_light_load_at_about_its_service_time(chain):
     target = 0.2 * 1000 / single["mean"]
 
     result = benchmark_onnxruntime(chain, {**SLOW, "scenario": "server", "target_qps": target})
+    after = benchmark_onnxruntime(chain, SLOW)["latency_ms"]
 
     server = result["server"]
     assert server["achieved_qps"] == pytest.approx(target, rel=0.2)
-    assert server["latency_ms"]["p50"] < 3 * single["p50"]
+    # No queue: about the service time, measured just before and after (this machine is shared:
+    # a 0.3 s window can be several times slower than the next; falling behind shows as tens of
+    # times the service time, as the test above sees).
+    assert server["latency_ms"]["p50"] < 5 * max(single["p50"], after["p50"])
     assert (server["budget_ms"], server["max_qps_in_budget"], server["tried"]) == (None, None, [])
 
 
