@@ -1,9 +1,14 @@
 """The trade-off explorer: Pareto set, budget lines, tolerance bands, filters, query count."""
 
+import json
+
+import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from deployhub.figures.charts import tradeoff_figure
 from deployhub.figures.pareto import dominates, pareto_front
 from deployhub.figures.tradeoffs import Filters, explore
 from deployhub.releases.models import Release, ReleaseState
@@ -122,6 +127,35 @@ def test_it_rings_the_production_engine_and_marks_an_unstable_run_hollow(
     assert production["customdata"] == [f"/engines/{engine.pk}/"]
     engines = next(t for t in data if t["meta"]["role"] == "engines")
     assert engines["marker"]["symbol"][0].endswith("-open")
+
+
+def test_the_figure_is_plotly_json_that_plotly_takes_as_it_is(version, classes):
+    """The figure is built as plotly JSON directly (plotly's objects took ten times as long):
+    plotly's own checks must accept every part and change nothing, on 3 classes (one batch),
+    with budgets, bands, a production engine and an unstable run."""
+    engines = seed_engines([version], classes, precisions=("fp32", "int8"))
+    seed_runs(engines, benchmarks=3 * len(engines), accuracies=len(engines))
+    engines[0].benchmarks.update(stable=False)
+    Release.objects.create(
+        engine=engines[0],
+        model=version.model,
+        device_class=engines[0].device_class,
+        state=ReleaseState.PRODUCTION,
+    )
+
+    figure = tradeoff_figure(explore(version.model))
+
+    checked = go.Figure(figure)  # raises on a property plotly does not know or a bad value
+    assert json.loads(checked.to_json()) == json.loads(pio.to_json(figure, validate=False))
+    layout = figure["layout"]
+    assert [a["text"].split(" · ")[0] for a in layout["annotations"]] == [
+        dc.slug for dc in sorted(classes, key=lambda dc: dc.slug)
+    ]
+    domains = [layout[f"xaxis{n}"]["domain"] for n in ("", 2, 3)]
+    assert domains[0][0] == 0.0 and domains[-1][1] == 1.0
+    assert all(left[1] < right[0] for left, right in zip(domains, domains[1:], strict=False))
+    assert layout["template"]["layout"]["plot_bgcolor"] == "white"  # plotly_white, expanded
+    assert {t["xaxis"] for t in figure["data"]} == {"x", "x2", "x3"}
 
 
 def test_it_says_what_to_run_when_there_is_nothing_to_plot(client, alice, version, classes):

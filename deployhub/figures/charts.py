@@ -5,11 +5,11 @@ backend, hollow for an unstable measurement. Each engine's point carries its pag
 URL in customdata, which static/js/figures.js opens on a click.
 """
 
+import functools
 import math
 from collections import defaultdict
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import plotly.io as pio
 
 from deployhub.figure_style import (
     BUDGET_COLOUR,
@@ -68,14 +68,25 @@ def marker_sizes(points):
     return [8 + 22 * math.sqrt(p.memory_mb / largest) if p.memory_mb else 8 for p in points]
 
 
-def _group_traces(facet, sizes, seen):
+def _scatter(column, **spec):
+    """A scatter trace of a facet, as plotly JSON on the facet's axes."""
+    axis = _axis_suffix(column)
+    return {"type": "scatter", "xaxis": f"x{axis}", "yaxis": f"y{axis}", **spec}
+
+
+def _axis_suffix(column):
+    return "" if column == 1 else str(column)
+
+
+def _group_traces(facet, column, sizes, seen):
     """One trace per (precision, backend) of the facet, named once in the legend."""
     groups = defaultdict(list)
     for point in facet.points:
         groups[(point.precision, point.backend)].append(point)
     for (precision, backend), points in sorted(groups.items()):
         name = f"{precision} · {backend}"
-        yield go.Scatter(
+        yield _scatter(
+            column,
             x=[p.latency_ms for p in points],
             y=[facet.accuracy(p) for p in points],
             mode="markers",
@@ -96,15 +107,16 @@ def _group_traces(facet, sizes, seen):
         seen.add(name)
 
 
-def _frontier_trace(facet, first):
+def _frontier_trace(facet, column):
     front = sorted((p for p in facet.points if p.pareto), key=lambda p: p.latency_ms)
-    return go.Scatter(
+    return _scatter(
+        column,
         x=[p.latency_ms for p in front],
         y=[facet.accuracy(p) for p in front],
         mode="lines+markers",
         name="Pareto frontier",
         legendgroup="pareto",
-        showlegend=first,
+        showlegend=column == 1,
         line={"color": FRONTIER_COLOUR, "dash": "dot", "width": 1},
         marker={"symbol": "star", "size": 7, "color": FRONTIER_COLOUR},
         customdata=[p.url for p in front],
@@ -113,11 +125,12 @@ def _frontier_trace(facet, first):
     )
 
 
-def _production_trace(facet, sizes, seen):
+def _production_trace(facet, column, sizes, seen):
     production = [p for p in facet.points if p.production]
     first = bool(production) and "production" not in seen
     seen.update(["production"] if production else [])
-    return go.Scatter(
+    return _scatter(
+        column,
         x=[p.latency_ms for p in production],
         y=[facet.accuracy(p) for p in production],
         mode="markers",
@@ -131,15 +144,33 @@ def _production_trace(facet, sizes, seen):
     )
 
 
-def _facet_guides(figure, facet, column):
-    """The class's budget as a vertical line and its accuracy tolerance as a band."""
+def _facet_guides(facet, column):
+    """The class's budget as a vertical line and its accuracy tolerance as a band (shapes)."""
+    axis = _axis_suffix(column)
     if facet.budget_ms:
-        figure.add_vline(
-            x=facet.budget_ms, line={"color": BUDGET_COLOUR, "dash": "dash"}, row=1, col=column
-        )
+        yield {
+            "type": "line",
+            "x0": facet.budget_ms,
+            "x1": facet.budget_ms,
+            "xref": f"x{axis}",
+            "y0": 0,
+            "y1": 1,
+            "yref": f"y{axis} domain",
+            "line": {"color": BUDGET_COLOUR, "dash": "dash"},
+        }
     if facet.band:
         low, high = facet.band
-        figure.add_hrect(y0=low, y1=high, fillcolor=TOLERANCE_FILL, line_width=0, row=1, col=column)
+        yield {
+            "type": "rect",
+            "x0": 0,
+            "x1": 1,
+            "xref": f"x{axis} domain",
+            "y0": low,
+            "y1": high,
+            "yref": f"y{axis}",
+            "fillcolor": TOLERANCE_FILL,
+            "line": {"width": 0},
+        }
 
 
 def _facet_title(facet):
@@ -149,28 +180,68 @@ def _facet_title(facet):
     return f"{dc.slug} · {budget} · tolerance {dc.accuracy_tolerance:g} pt"
 
 
+def facet_domains(columns, spacing):
+    """The x domain of each of `columns` side-by-side plots, `spacing` apart (as plotly's
+    make_subplots lays them out)."""
+    width = (1 - spacing * (columns - 1)) / columns
+    return [
+        [column * (width + spacing), min(1.0, column * (width + spacing) + width)]
+        for column in range(columns)
+    ]
+
+
+def _title_annotation(text, domain):
+    return {
+        "text": text,
+        "x": (domain[0] + domain[1]) / 2,
+        "xanchor": "center",
+        "xref": "paper",
+        "y": 1.0,
+        "yanchor": "bottom",
+        "yref": "paper",
+        "showarrow": False,
+        "font": {"size": 16},
+    }
+
+
 def tradeoff_figure(explorer):
-    """Return the explorer's figure: one facet per device class, side by side."""
+    """Return the explorer's figure, one facet per device class side by side, as plotly JSON
+    (a dict: built as plotly objects, the figure took ten times as long as its data)."""
     facets = explorer.facets
-    figure = make_subplots(
-        rows=1,
-        cols=max(len(facets), 1),
-        subplot_titles=[_facet_title(f) for f in facets] or [""],
-        horizontal_spacing=0.06,
-    )
     points = explorer.points
     sizes = dict(zip([p.engine_id for p in points], marker_sizes(points), strict=True))
-    seen = set()
+    domains = facet_domains(max(len(facets), 1), spacing=0.06)
+    seen, data, shapes = set(), [], []
+    layout = {
+        **LAYOUT,
+        "template": template_json(LAYOUT["template"]),
+        "height": 480,
+        "legend": {"orientation": "h", "y": -0.2},
+        "hovermode": "closest",
+    }
+    for column, domain in enumerate(domains, start=1):
+        axis = _axis_suffix(column)
+        layout[f"xaxis{axis}"] = {"anchor": f"y{axis}", "domain": domain}
+        layout[f"yaxis{axis}"] = {"anchor": f"x{axis}", "domain": [0.0, 1.0]}
     for column, facet in enumerate(facets, start=1):
-        for trace in _group_traces(facet, sizes, seen):
-            figure.add_trace(trace, row=1, col=column)
-        figure.add_trace(_frontier_trace(facet, column == 1), row=1, col=column)
-        figure.add_trace(_production_trace(facet, sizes, seen), row=1, col=column)
-        _facet_guides(figure, facet, column)
+        data.extend(_group_traces(facet, column, sizes, seen))
+        data.append(_frontier_trace(facet, column))
+        data.append(_production_trace(facet, column, sizes, seen))
+        shapes.extend(_facet_guides(facet, column))
+        axis = _axis_suffix(column)
         x_title = "ms per image (log)" if facet.device_class.is_batch else "p99 latency, ms (log)"
-        figure.update_xaxes(type="log", title_text=x_title, row=1, col=column)
-        figure.update_yaxes(title_text=ACCURACY_TITLES[facet.accuracy_kind], row=1, col=column)
-    figure.update_layout(
-        **LAYOUT, height=480, legend={"orientation": "h", "y": -0.2}, hovermode="closest"
-    )
-    return figure
+        layout[f"xaxis{axis}"].update(type="log", title={"text": x_title})
+        layout[f"yaxis{axis}"]["title"] = {"text": ACCURACY_TITLES[facet.accuracy_kind]}
+    if facets:
+        layout["annotations"] = [
+            _title_annotation(_facet_title(f), d) for f, d in zip(facets, domains, strict=True)
+        ]
+    if shapes:
+        layout["shapes"] = shapes
+    return {"data": data, "layout": layout}
+
+
+@functools.cache
+def template_json(name):
+    """A plotly template as plotly.js takes it (it knows no template names)."""
+    return pio.templates[name].to_plotly_json()

@@ -9,6 +9,7 @@ import hashlib
 import json
 
 import plotly
+import plotly.io as pio
 from django.http import HttpResponse
 from django.views.decorators.http import condition
 from plotly.offline import get_plotlyjs
@@ -17,9 +18,11 @@ from deployhub.figure_style import PLOT_CONFIG
 
 
 def figure_response(figure, notes=()):
-    """Return a JSON response with the figure (plotly's own encoder) and its notes."""
+    """Return a JSON response with the figure (a plotly Figure, or its JSON as a dict, which
+    plotly checks when tests build it: tests/test_figures_tradeoffs.py) and its notes, in
+    plotly's own encoder."""
     body = (
-        f'{{"figure": {figure.to_json()}, "notes": {json.dumps(list(notes))}, '
+        f'{{"figure": {pio.to_json(figure, validate=False)}, "notes": {json.dumps(list(notes))}, '
         f'"config": {json.dumps(PLOT_CONFIG)}}}'
     )
     response = HttpResponse(body, content_type="application/json")
