@@ -53,3 +53,17 @@ def test_the_results_cost_as_many_queries_for_many_runs(client, alice, demo_team
 
     assert many_queries == few_queries
     assert body.count(PER_RUN[path]) > 4 * few_body.count(PER_RUN[path])  # the runs are in it
+
+
+def test_a_runs_job_link_is_the_job_page_under_any_script_prefix():
+    from django.urls import clear_script_prefix, reverse, set_script_prefix
+
+    from deployhub.benchmarks.models import job_url
+
+    assert job_url(7) == reverse("job_detail", args=[7]) == "/jobs/7/"
+    set_script_prefix("/hub/")
+    try:
+        assert job_url(12345) == reverse("job_detail", args=[12345]) == "/hub/jobs/12345/"
+    finally:
+        clear_script_prefix()
+    assert job_url(987654321) == "/jobs/987654321/"
