@@ -2,12 +2,16 @@
 
 import pytest
 
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.devices.models import DeviceClass
 from deployhub.engines.gates import release_gates
+from deployhub.engines.models import Engine
 from deployhub.evaluation.models import GoldenRun
 from deployhub.gates import gates_open
 from deployhub.jobs.models import JobKind
 from deployhub.registry.models import GoldenSet
 from tests.auto_builds import engine_of, job_of
+from tests.benchmark_results import LATENCY, result
 from tests.conftest import PASSWORD
 from tests.gate_evidence import benchmarked, evaluated, passed_parity
 
@@ -97,3 +101,44 @@ def test_the_version_page_counts_each_engines_open_gates(client, alice, engine):
 
     assert "1/4 gates" in before  # golden pairs: not required
     assert "4/4 gates" in after and "parity: passed." in after
+
+
+def test_a_page_of_engines_loads_only_the_runs_its_gates_read_and_judges_the_same(
+    engine, device_class
+):
+    other = DeviceClass.objects.create(team=device_class.team, slug="other", name="Other")
+    evaluated(engine, agreement=0.5)  # fails; the newer one passes
+    evaluated(engine, agreement=0.999)
+    benchmarked(engine, p99=15.0)  # meets the 20 ms budget; the newer one misses it
+    benchmarked(engine, p99=500.0)
+    version = engine.model_version
+    for p99 in (15.0, 16.0):  # on a class that trusts the engine's: not its gate
+        job = job_of(version, other, JobKind.BENCHMARK, engine)
+        BenchmarkRun.record(job, result(latency_ms={**LATENCY, "p50": p99 / 2, "p99": p99}))
+    golden = GoldenSet.objects.create(
+        model_version=version, name="cats", file="golden/cats.npz", sha256="1" * 64,
+        size=1, format="npz", pairs=1, atol=1e-4, rtol=1e-3,
+    )  # fmt: skip
+    for passed in (False, True):
+        GoldenRun.objects.create(
+            job=job_of(version, device_class, JobKind.EVALUATE, engine), engine=engine,
+            golden_set=golden, passed=passed, pairs=1, atol=1e-4, rtol=1e-3,
+            outputs=[{"name": "logits", "passed": passed}],
+        )  # fmt: skip
+
+    [loaded] = Engine.objects.filter(pk=engine.pk).with_gate_runs()
+
+    assert release_gates(loaded) == release_gates(Engine.objects.get(pk=engine.pk))
+    assert statuses(loaded) == {
+        "parity": "missing",
+        "accuracy": "passed",
+        "golden": "passed",
+        "performance": "failed",
+    }
+    assert len(loaded.newest_accuracy) == 1 and len(loaded.newest_golden_runs) == 1
+    assert sorted(
+        (run.device_class.slug, run.latency_p99_ms) for run in loaded.newest_benchmarks
+    ) == [
+        (device_class.slug, 500.0),
+        ("other", 16.0),
+    ]

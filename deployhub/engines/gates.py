@@ -40,8 +40,9 @@ def version_parity_gate(version):
 
 
 def newest(engine, relation):
-    """The engine's runs of a relation, newest first: loaded with the engine when a page
-    prefetched them (EngineQuerySet.with_gate_runs), else queried."""
+    """The engine's runs of a relation, newest first: queried, or loaded with the engine when a
+    page prefetched them (EngineQuerySet.with_gate_runs: then only the newest evaluation, the
+    newest check of each golden set and the newest benchmark on each class, all a gate reads)."""
     if (runs := getattr(engine, f"newest_{relation}", None)) is not None:
         return runs
     return getattr(engine, relation).order_by("-created_at", "-pk")

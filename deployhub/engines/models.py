@@ -2,7 +2,8 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Prefetch
+from django.db.models import F, Prefetch, Window
+from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils.functional import cached_property
 
@@ -21,25 +22,44 @@ class EngineStatus(ChoiceSet):
     )
 
 
+NEWEST = ("-created_at", "-pk")
+
+
+def _newest_per(runs, *fields):
+    """The newest of the runs for each value of fields (a window: SQLite and PostgreSQL)."""
+    order = [F(name[1:]).desc() if name.startswith("-") else F(name) for name in NEWEST]
+    rank = Window(RowNumber(), partition_by=[F(name) for name in fields], order_by=order)
+    return runs.annotate(newest_rank=rank).filter(newest_rank=1)
+
+
 class EngineQuerySet(models.QuerySet):
     def for_version(self, version):
         return self.filter(model_version=version).select_related("device_class", "built_on")
 
     def with_gate_runs(self):
         """Load, newest first, the runs the release gates and flags read (engines/gates.py):
-        three queries for a page of engines instead of several per engine."""
+        three queries for a page of engines instead of several per engine.
+
+        Only the runs a gate can read come: the newest evaluation of each engine, its newest
+        check of each golden set and its newest benchmark on each class (the performance
+        gate judges the newest on the engine's own class). A version's page read all its
+        500 runs, with their sweeps and hosts, to judge 36 engines.
+        """
         from deployhub.benchmarks.models import BenchmarkRun
         from deployhub.evaluation.models import AccuracyRun, GoldenRun
 
-        newest = ("-created_at", "-pk")
         runs = {
-            "accuracy": AccuracyRun.objects.all(),
-            "golden_runs": GoldenRun.objects.select_related("golden_set"),
-            "benchmarks": BenchmarkRun.objects.select_related("device_class"),
+            "accuracy": _newest_per(AccuracyRun.objects.all(), "engine_id"),
+            "golden_runs": _newest_per(
+                GoldenRun.objects.select_related("golden_set"), "engine_id", "golden_set_id"
+            ),
+            "benchmarks": _newest_per(
+                BenchmarkRun.objects.select_related("device_class"), "engine_id", "device_class_id"
+            ),
         }
         return self.prefetch_related(
             *(
-                Prefetch(name, queryset=query.order_by(*newest), to_attr=f"newest_{name}")
+                Prefetch(name, queryset=query.order_by(*NEWEST), to_attr=f"newest_{name}")
                 for name, query in runs.items()
             )
         )
