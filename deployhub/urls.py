@@ -55,6 +55,11 @@ urlpatterns = [
     path("versions/<int:pk>/download", registry_views.version_download, name="version_download"),
     path("versions/<int:pk>/results", benchmark_views.version_results, name="version_results"),
     path(
+        "benchmarks/runs/<int:pk>/details",
+        benchmark_views.run_details,
+        name="benchmark_run_details",
+    ),
+    path(
         "versions/<int:pk>/benchmark", benchmark_views.version_benchmark, name="version_benchmark"
     ),
     path("versions/<int:pk>/derive", registry_views.version_derive, name="version_derive"),

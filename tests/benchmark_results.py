@@ -103,6 +103,13 @@ def record_run(version, device_class, body, engine=None):
     return BenchmarkRun.record(job, body)
 
 
+def details_of(client, run):
+    """Return a run's details as a results table loads them when they are opened."""
+    response = client.get(run.details_url)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
 def ranged(version, user):
     """Return a child of the version whose contract allows batch 1 to 24."""
     return derive_version(version, user, contract=RANGE_CONTRACT)

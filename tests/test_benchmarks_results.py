@@ -10,6 +10,7 @@ from tests.benchmark_results import (
     OLD_RESULT,
     SERVER_BLOCK,
     SWEEP,
+    details_of,
     record_run,
     result,
 )
@@ -189,27 +190,38 @@ def test_the_version_page_shows_fps_gate_stability_and_scenario(
 ):
     stability = {"stable": False, "reasons": ["p50 drifted 12% between the first and last window"]}
     close_to_budget = {**LATENCY, "p99": 30.0}  # within 33.3 ms, not by 2x: noise could turn it
-    record_run(version, device_class, result(stability=stability, latency_ms=close_to_budget))
-    record_run(version, device_class, result(scenario="server", server=SERVER_BLOCK))
+    unstable = record_run(
+        version, device_class, result(stability=stability, latency_ms=close_to_budget)
+    )
+    server = record_run(version, device_class, result(scenario="server", server=SERVER_BLOCK))
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
     assert "Unstable: measure again" in page
-    assert "p50 drifted 12% between the first and last window" in page
-    assert "SingleStream" in page and "Server" in page
-    assert "highest rate within 33.3 ms: <strong>80.0 qps</strong>" in page
     assert "Server p99 21.00 ms is within the 33.3 ms frame budget (30 fps)." in page
     assert ">33.3</strong></td>" in page and ">47.6</strong></td>" in page  # fps at p99: 30, 21 ms
+
+    # The details of each run, as the page loads them when they are opened.
+    unstable_details, server_details = details_of(client, unstable), details_of(client, server)
+    assert "p50 drifted 12% between the first and last window" in unstable_details
+    assert "SingleStream" in unstable_details and "Server" in server_details
+    assert "highest rate within 33.3 ms: <strong>80.0 qps</strong>" in server_details
+    assert "Server p99 21.00 ms is within the 33.3 ms frame budget (30 fps)." in server_details
 
 
 def test_the_version_page_shows_throughput_and_per_batch_latency_of_batch_runs(
     client, alice, version, batch_class
 ):
-    record_run(version, batch_class, result(batch_size=8, throughput_ips=500.0, batch_sweep=SWEEP))
+    run = record_run(
+        version, batch_class, result(batch_size=8, throughput_ips=500.0, batch_sweep=SWEEP)
+    )
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
-    assert "per batch of 8: p50 10.00 ms, p99 15.00 ms" in page
     assert "500.0 img/s" in page and "Meets budget" in page
-    assert "Batch sweep of run" in page
+    assert f"Details of run #{run.pk}: percentiles, stability, conditions, batch sweep" in page
+
+    details = details_of(client, run)
+    assert "per batch of 8: p50 10.00 ms, p99 15.00 ms" in details
+    assert f"Batch sweep of run #{run.pk}: 2 sizes" in details
 
 
 def test_the_job_page_of_a_benchmark_shows_its_result_and_verdict(

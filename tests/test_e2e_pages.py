@@ -63,6 +63,8 @@ def test_it_fits_the_results_card_at_1400px_and_shows_no_python_reprs(
     # Every details toggle opened: still no sideways scroll, and readable key/value text.
     for summary in page.locator("tr.run-details > td > details > summary").all():
         summary.click()
+    # Each run's details load when opened: wait until every one has come.
+    expect(page.locator(".run-details-body[data-loaded]")).to_have_count(3)
     config = page.locator("dd.build-config").first
     expect(config).to_contain_text("precision int8")
     expect(config).to_contain_text("quantization.op_types Conv, Gemm")
@@ -72,6 +74,46 @@ def test_it_fits_the_results_card_at_1400px_and_shows_no_python_reprs(
     assert "cv (core)" in page.locator("#results-glossary").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "results-1400.png"), full_page=True)
+
+
+def test_a_runs_details_load_when_opened_again_after_a_failure_and_after_a_refresh(
+    live_server, browser, measured
+):
+    page = log_in(browser, live_server)
+    failed = []
+
+    def fail_once(route):
+        if failed:
+            route.continue_()
+        else:
+            failed.append(route.request.url)
+            route.fulfill(status=500, body="")
+
+    page.route("**/benchmarks/runs/*/details", fail_once)
+    page.goto(f"{live_server.url}{measured.get_absolute_url()}")
+    details = page.locator("tr.run-details details", has_text="build config")
+    details.locator("summary").click()
+    expect(details.locator(".run-details-body")).to_have_text(
+        "Could not load the details: 500. Try again."
+    )
+
+    details.locator("summary").click()  # closed, then opened again: it asks once more
+    details.locator("summary").click()
+    expect(details.locator(".run-details-body[data-loaded] dd.build-config")).to_contain_text(
+        "precision int8"
+    )
+    assert len(failed) == 1
+
+    # The live refresh redraws the table (a benchmark ended): its rows load their details too.
+    page.evaluate(
+        """async () => {
+        const results = document.getElementById("results");
+        results.innerHTML = await (await fetch(results.dataset.url)).text();
+    }"""
+    )
+    fresh = page.locator("tr.run-details details", has_text="batch sweep")
+    fresh.locator("summary").click()
+    expect(fresh.locator(".run-details-body[data-loaded] details.sweep")).to_have_count(1)
 
 
 def test_a_refused_upload_shows_every_error_by_its_field_and_keeps_the_chosen_file(

@@ -14,7 +14,7 @@ from deployhub.engines.actions import request_compile, stored_file_intact
 from deployhub.engines.models import Engine, TimingCache
 from deployhub.jobs.models import Job, JobKind
 from tests.api_calls import call, token_for
-from tests.benchmark_results import OLD_RESULT, record_run
+from tests.benchmark_results import OLD_RESULT, details_of, record_run
 from tests.compile_jobs import CONFIG, ENGINE_BYTES, FINGERPRINT, build, compile_
 from tests.conftest import PASSWORD
 from workers.backends.base import digest
@@ -239,17 +239,18 @@ def test_an_int8_build_slower_than_fp32_is_flagged_on_the_version_page(
         return record_run(version, device_class, {**OLD_RESULT, "latency_ms": latency}, engine)
 
     run(engine, 18.0)
-    run(int8, 24.0)
+    slower = run(int8, 24.0)
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
-    assert "INT8 slower than FP32 (p50 24.000 vs 18.000 ms)" in page
+    assert "p50 24.000 ms vs 18.000 ms for FP32" in page
+    assert "INT8 slower than FP32 (p50 24.000 vs 18.000 ms)" in details_of(client, slower)
 
     # The FP32 run leaves the page's latest runs: the INT8 ones are still judged against it.
-    for _ in range(PAGE_RUNS):
-        run(int8, 25.0)
+    latest = [run(int8, 25.0) for _ in range(PAGE_RUNS)][-1]
     page = client.get(version.get_absolute_url()).content.decode()
     assert f"The latest {PAGE_RUNS} of {PAGE_RUNS + 2} runs" in page
-    assert page.count("INT8 slower than FP32 (p50 25.000 vs 18.000 ms)") == PAGE_RUNS
+    assert page.count("p50 25.000 ms vs 18.000 ms for FP32") == PAGE_RUNS
+    assert "INT8 slower than FP32 (p50 25.000 vs 18.000 ms)" in details_of(client, latest)
 
 
 # A CPU device with ONNX Runtime and OpenVINO, so auto mode tries both.

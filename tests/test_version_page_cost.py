@@ -43,6 +43,9 @@ def test_it_draws_the_version_page_in_as_many_queries_for_many_results_and_engin
 
     assert page.count('class="run"') == PAGE_RUNS
     assert many_queries == few_queries
+    # A run's details load when opened (tests/test_run_details.py): none is drawn here.
+    assert page.count('dl class="facts small"') == 0
+    assert page.count("data-details-url=") == PAGE_RUNS
 
 
 def test_it_lists_the_latest_runs_and_says_where_the_rest_are(client, alice, demo_team):

@@ -174,19 +174,24 @@ def precision_of(run):
 
 
 def job_url(job_id):
-    """A job page's URL: reverse() once per script prefix, then the id put in its place (a
-    thousand reverse() calls were a third of a model's results JSON)."""
-    before, after = _job_url_around_id(get_script_prefix())
-    return f"{before}{job_id}{after}"
+    """A job page's URL (see url_with_id)."""
+    return url_with_id("job_detail", job_id)
+
+
+def url_with_id(name, pk):
+    """The URL `name` takes with one id: reverse() once per name and script prefix, then the
+    id put in its place (a thousand reverse() calls were a third of a model's results JSON)."""
+    before, after = _url_around_id(name, get_script_prefix())
+    return f"{before}{pk}{after}"
 
 
 _ID_SLOT = 987654321
 
 
-@functools.lru_cache(maxsize=16)
-def _job_url_around_id(script_prefix):
+@functools.lru_cache(maxsize=64)
+def _url_around_id(name, script_prefix):
     # script_prefix keys the cache: reverse() reads the thread's prefix, which it is.
-    before, after = reverse("job_detail", args=[_ID_SLOT]).rsplit(str(_ID_SLOT), 1)
+    before, after = reverse(name, args=[_ID_SLOT]).rsplit(str(_ID_SLOT), 1)
     return before, after
 
 
@@ -206,6 +211,23 @@ def flag_int8_slowdowns(runs):
         slower = precision_of(run) == "int8" and reference and run.latency_p50_ms > reference
         run.int8_slower_than = reference if slower else None
     return runs
+
+
+def flag_int8_slowdown(run):
+    """Mark one run as flag_int8_slowdowns marks it among its version's runs: the FP32 runs
+    of its class and batch are read only when it is an INT8 run."""
+    run.int8_slower_than = None
+    if precision_of(run) != "int8":
+        return run
+    peers = BenchmarkRun.objects.filter(
+        model_version_id=run.model_version_id,
+        device_class_id=run.device_class_id,
+        batch_size=run.batch_size,
+    )
+    peers = peers.select_related("engine").only(*FLAGGED_BY, "engine__build_config")
+    flagged = flag_int8_slowdowns(list(peers))
+    run.int8_slower_than = next(peer.int8_slower_than for peer in flagged if peer.pk == run.pk)
+    return run
 
 
 def _number(value, cast=float):
@@ -533,6 +555,12 @@ class BenchmarkRun(models.Model):
     def job_url(self):
         """The page of the job that measured the run (from its id: the job is not read)."""
         return job_url(self.job_id)
+
+    @property
+    def details_url(self):
+        """The run's details (percentiles, stability, conditions), which a page loads when
+        they are opened."""
+        return url_with_id("benchmark_run_details", self.pk)
 
     def gate(self):
         """Judge the run against its device class; the serving pattern picks what decides.

@@ -4,12 +4,15 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from deployhub.benchmarks.access import get_run_for_user
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
+from deployhub.benchmarks.models import flag_int8_slowdown
 from deployhub.benchmarks.pages import results_part
 from deployhub.benchmarks.reports import model_report as build_report
 from deployhub.downloads import content_disposition
@@ -24,6 +27,16 @@ def version_results(request, pk):
     """Return the results table alone, so the page can refresh it when a job finishes."""
     version = get_version_for_user(request, pk)
     return render(request, "registry/_results.html", results_part(version))
+
+
+@login_required
+def run_details(request, pk):
+    """Return a run's details alone: a results table loads them when they are opened."""
+    run = flag_int8_slowdown(get_run_for_user(request, pk))
+    # Drawn without the request: the fragment reads none of the page's context (the team
+    # switcher's two queries), only the run.
+    html = render_to_string("benchmarks/_run_details.html", {"b": run, "gate": run.gate()})
+    return HttpResponse(html)
 
 
 @login_required

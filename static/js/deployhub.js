@@ -97,6 +97,34 @@
   });
 })();
 
+// Results tables: a run's details load when first opened (their link works without JavaScript).
+(function () {
+  "use strict";
+
+  async function loadDetails(details) {
+    const body = details.querySelector(".run-details-body");
+    if (!body || body.dataset.loaded || body.dataset.loading) return;
+    body.dataset.loading = "1";
+    try {
+      const response = await fetch(details.dataset.detailsUrl, { credentials: "same-origin" });
+      // A signed-out session is sent to the sign-in page: that page is not the details.
+      if (!response.ok || response.redirected) throw new Error(response.redirected ? "signed out" : response.status);
+      body.innerHTML = await response.text();
+      body.dataset.loaded = "1";
+    } catch (err) {
+      body.textContent = "Could not load the details: " + err.message + ". Try again.";  // the next open retries
+    } finally {
+      delete body.dataset.loading;
+    }
+  }
+
+  // toggle does not bubble: listen in the capture phase, so rows the live refresh redraws work too.
+  document.addEventListener("toggle", (event) => {
+    const details = event.target;
+    if (details.open && details.matches("details[data-details-url]")) loadDetails(details);
+  }, true);
+})();
+
 // Uploads: send forms marked data-upload with XHR so a progress bar shows how far a big file got.
 (function () {
   "use strict";
