@@ -5,8 +5,10 @@ latest runs with where to find the rest (make bench times it under load: bench/l
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from deployhub.benchmarks.pages import PAGE_RUNS
+from deployhub.devices.models import Device, DeviceClass
 from deployhub.registry.models import Model
 from tests.conftest import PASSWORD
 from tests.figure_results import seed_classes, seed_engines, seed_runs
@@ -60,3 +62,27 @@ def test_it_lists_the_latest_runs_and_says_where_the_rest_are(client, alice, dem
     for html in (page, partial):
         assert f"The latest {PAGE_RUNS} of {PAGE_RUNS + 5} runs" in html
         assert html.count('class="run"') == PAGE_RUNS
+
+
+def test_it_draws_the_version_page_in_as_many_queries_for_many_device_classes(
+    client, alice, demo_team
+):
+    """Each class's devices are read once for all its parts (preflight, compatibility, the
+    parity form's default class and its online check), not per class and part."""
+    client.login(username="alice", password=PASSWORD)
+    version = seeded_version(demo_team, alice, 1, 20, 5)
+    few_queries, _ = page_queries(client, version)
+
+    for number in range(5):
+        device_class = DeviceClass.objects.create(
+            team=demo_team, slug=f"extra-{number}", name=f"Extra {number}"
+        )
+        for name in ("a", "b"):
+            device = Device(device_class=device_class, name=f"extra-{number}-{name}")
+            device.issue_token()
+            device.last_heartbeat_at = timezone.now()
+            device.save()
+    many_queries, page = page_queries(client, version)
+
+    assert "Preflight on extra-4" in page
+    assert many_queries == few_queries

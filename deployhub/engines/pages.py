@@ -12,16 +12,20 @@ from deployhub.engines.preflight import preflight_grid
 
 
 def version_part(version):
-    classes = version.team.device_classes.all()
-    built_for = classes.filter(engines__model_version=version).distinct()
+    # Each class's devices are read once, for its compatibility matrix and its preflight (a
+    # query per class and part before).
+    classes = list(version.team.device_classes.prefetch_related("devices"))
     engines = version_engines(version)
+    built_for = {engine.device_class_id for engine in engines}
     return {
         "engines": engines,
         "matrices": [
             (dc, compatibility_matrix(version, dc, [e for e in engines if e.device_class == dc]))
-            for dc in built_for
+            for dc in classes
+            if dc.pk in built_for
         ],
         "compile_form": CompileForm(team=version.team),
+        "has_classes": bool(classes),
         "auto_runs": version.auto_runs.select_related("device_class")[:5],
         "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
     }

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from deployhub.devices.models import Device
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
 from deployhub.parity import packs
@@ -19,8 +20,12 @@ from workers.parity import PackError, pack_format
 def default_device_class(team):
     """Return the team's first device class with a worker online, else its first class."""
     classes = list(team.device_classes.all())
-    online = [dc for dc in classes if dc.online_devices().exists()]
-    return (online or classes or [None])[0]
+    online = set(
+        Device.objects.online()
+        .filter(device_class__team=team, draining=False)
+        .values_list("device_class_id", flat=True)
+    )
+    return next((dc for dc in classes if dc.pk in online), classes[0] if classes else None)
 
 
 def check_tolerance(value):

@@ -2,6 +2,7 @@
 
 from django import template
 
+from deployhub.devices.models import Device
 from deployhub.parity.forms import ParityForm
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun
@@ -26,7 +27,9 @@ def parity_section(context):
         "gate": parity_gate(version),
         "pack_format": pack_format(),
         "has_classes": classes.exists(),
-        "worker_online": any(dc.online_devices().exists() for dc in classes),
+        "worker_online": Device.objects.online()
+        .filter(device_class__team=version.team, draining=False)
+        .exists(),
         "role": context.get("role"),
         "csrf_token": context.get("csrf_token"),
     }
