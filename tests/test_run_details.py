@@ -37,6 +37,28 @@ def test_it_shows_a_runs_gate_reason_build_config_and_int8_flag(
     assert f'<a href="/jobs/{run.job_id}/">job #{run.job_id}</a>' in details
 
 
+@pytest.mark.parametrize("page", ["version", "job", "engine"])
+def test_every_page_that_lists_an_int8_run_badges_it_as_its_details_flag_it(
+    client, alice, version, device_class, page
+):
+    """The row's "INT8 slower" badge and its details judge by the same rule: against every FP32
+    run of the version on the class and batch (the job and engine pages showed no badge)."""
+    run = slow_int8_run(version, device_class)
+    client.login(username="alice", password=PASSWORD)
+    url = {
+        "version": version.get_absolute_url(),
+        "job": f"/jobs/{run.job_id}/",
+        "engine": run.engine.get_absolute_url(),
+    }[page]
+
+    html = client.get(url).content.decode()
+
+    assert "INT8 slower than FP32" in details_of(client, run)
+    assert f'id="run-{run.pk}"' in html
+    row = html.split(f'id="run-{run.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert "int8-slower" in row
+
+
 def test_an_fp32_runs_details_flag_nothing(client, alice, version, device_class):
     run = record_run(version, device_class, result())
     slow_int8_run(version, device_class, fp32_runs=0)

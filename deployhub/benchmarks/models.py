@@ -213,21 +213,28 @@ def flag_int8_slowdowns(runs):
     return runs
 
 
-def flag_int8_slowdown(run):
-    """Mark one run as flag_int8_slowdowns marks it among its version's runs: the FP32 runs
-    of its class and batch are read only when it is an INT8 run."""
-    run.int8_slower_than = None
-    if precision_of(run) != "int8":
-        return run
+def flag_int8_slowdowns_in_version(runs):
+    """Mark runs of one version as flag_int8_slowdowns marks them among all the version's runs
+    (the version page's rule), for a page that shows only some (a job's run, an engine's runs,
+    a run's details). The version's FP32 runs are read, once, only when an INT8 run is there.
+    """
+    runs = list(runs)
+    for run in runs:
+        run.int8_slower_than = None
+    int8 = [run for run in runs if precision_of(run) == "int8"]
+    if not int8:
+        return runs
+    [version_id] = {run.model_version_id for run in runs}
     peers = BenchmarkRun.objects.filter(
-        model_version_id=run.model_version_id,
-        device_class_id=run.device_class_id,
-        batch_size=run.batch_size,
+        model_version_id=version_id,
+        device_class_id__in={run.device_class_id for run in int8},
+        batch_size__in={run.batch_size for run in int8},
     )
     peers = peers.select_related("engine").only(*FLAGGED_BY, "engine__build_config")
-    flagged = flag_int8_slowdowns(list(peers))
-    run.int8_slower_than = next(peer.int8_slower_than for peer in flagged if peer.pk == run.pk)
-    return run
+    flags = {peer.pk: peer.int8_slower_than for peer in flag_int8_slowdowns(list(peers))}
+    for run in int8:
+        run.int8_slower_than = flags.get(run.pk)
+    return runs
 
 
 def _number(value, cast=float):

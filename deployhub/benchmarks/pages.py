@@ -2,7 +2,7 @@
 page (its run); registered in apps.py."""
 
 from deployhub.benchmarks.forms import BenchmarkForm
-from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.benchmarks.models import BenchmarkRun, flag_int8_slowdowns_in_version
 
 # The version page lists the latest runs; every run is in the exports linked above the table.
 PAGE_RUNS = 50
@@ -23,4 +23,4 @@ def version_part(version):
 
 def job_part(job):
     benchmark = getattr(job, "benchmark", None)
-    return {"benchmarks": [benchmark] if benchmark else []}
+    return {"benchmarks": flag_int8_slowdowns_in_version([benchmark] if benchmark else [])}

@@ -12,7 +12,7 @@ from deployhub.benchmarks.access import get_run_for_user
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv, model_results
 from deployhub.benchmarks.forms import BenchmarkForm
-from deployhub.benchmarks.models import flag_int8_slowdown
+from deployhub.benchmarks.models import flag_int8_slowdowns_in_version
 from deployhub.benchmarks.pages import results_part
 from deployhub.benchmarks.reports import model_report as build_report
 from deployhub.downloads import content_disposition
@@ -32,7 +32,7 @@ def version_results(request, pk):
 @login_required
 def run_details(request, pk):
     """Return a run's details alone: a results table loads them when they are opened."""
-    run = flag_int8_slowdown(get_run_for_user(request, pk))
+    [run] = flag_int8_slowdowns_in_version([get_run_for_user(request, pk)])
     # Drawn without the request: the fragment reads none of the page's context (the team
     # switcher's two queries), only the run.
     html = render_to_string("benchmarks/_run_details.html", {"b": run, "gate": run.gate()})

@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.forms import BenchmarkForm
-from deployhub.benchmarks.models import flag_int8_slowdowns
+from deployhub.benchmarks.models import flag_int8_slowdowns, flag_int8_slowdowns_in_version
 from deployhub.devices.access import team_class
 from deployhub.engines import auto
 from deployhub.engines.access import get_auto_run_for_user, get_engine_for_user
@@ -70,7 +70,9 @@ def _engine_form(engine, data=None):
 def _engine_page(request, engine, benchmark_form=None, status=200, evaluate_form=None):
     matrix = compatibility_matrix(engine.model_version, engine.device_class)
     cells = next((row for candidate, row in matrix if candidate.pk == engine.pk), [])
-    benchmarks = engine.benchmarks.select_related("device", "device_class", "job", "engine")
+    benchmarks = flag_int8_slowdowns_in_version(
+        engine.benchmarks.select_related("device", "device_class", "job", "engine")
+    )
     context = {
         "engine": engine,
         "cells": cells,
