@@ -24,6 +24,8 @@ GUNICORN = ("--workers", "2", "--threads", "8", "--keep-alive", "75")
 # one here, on a 2-core machine): devices' calls never queue behind page renders for a web
 # process's interpreter lock.
 DEVICE_GUNICORN = ("--workers", "1", "--threads", "8", "--keep-alive", "75")
+# What docker-compose.yml's devices service sets besides the hub's environment.
+DEVICE_ENV = {"DATABASE_CONN_HEALTH_CHECKS": "false"}
 DEVICE_WORKER = ("-m", "workers")
 
 
@@ -71,7 +73,7 @@ class Stack:
         self.logs = tempfile.TemporaryFile()
         self.processes = [
             self.gunicorn(self.url, GUNICORN),
-            self.gunicorn(self.device_url, DEVICE_GUNICORN),
+            self.gunicorn(self.device_url, DEVICE_GUNICORN, DEVICE_ENV),
         ]
         wait_for(lambda: healthy(self.url) and healthy(self.device_url), 60, "the hub")
         if hub_worker:
@@ -85,15 +87,16 @@ class Stack:
             )
         time.sleep(1)  # let the consumers attach to their queues
 
-    def gunicorn(self, url, options):
+    def gunicorn(self, url, options, env=None):
         host = url.removeprefix("http://")
-        return self.start(sys.executable, "-m", "gunicorn", "deployhub.wsgi", "-b", host, *options)
+        command = ("-m", "gunicorn", "deployhub.wsgi", "-b", host, *options)
+        return self.start(sys.executable, *command, env={**self.env, **(env or {})})
 
-    def start(self, python, *command):
+    def start(self, python, *command, env=None):
         return subprocess.Popen(
             [python, *command],
             cwd=ROOT,
-            env=self.env,
+            env=env or self.env,
             stdout=self.logs,
             stderr=subprocess.STDOUT,
         )

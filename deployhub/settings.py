@@ -156,11 +156,10 @@ DATABASES = {
         # Kept a minute: opening a PostgreSQL connection per request cost every API call
         # (a device's claim) about 4 ms here. Each gunicorn thread keeps one.
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        # Not checked before each request's first query (a SELECT 1: a third of a heartbeat's
-        # round trips; under bench_load it held heartbeats' p99 at 0.8 s against 0.3 s
-        # without). After a database restart a kept connection fails its next request with
-        # the outage 503 (deployhub/outage.py; workers retry it) and is then closed.
-        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
+        # A kept connection is checked (SELECT 1) before each request's first query and each
+        # hub task: a restarted database costs no request. The devices service turns it off
+        # (docker-compose.yml): a third of a heartbeat's round trips, for one retried 503.
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

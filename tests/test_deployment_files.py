@@ -5,6 +5,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from django.conf import settings
 from django.core.management import get_commands
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,24 @@ def test_device_workers_talk_to_the_hubs_own_device_processes():
         assert services[worker]["environment"]["DEPLOYHUB_HUB_URL"] == "http://devices:8000"
         assert "devices" in services[worker]["depends_on"]
     assert "devices" in allowed.split(",")  # else the hub answers the workers 400
+
+
+def test_only_the_device_api_skips_the_connection_health_check():
+    """A heartbeat's third round trip was the check; pages and hub tasks keep it, so a database
+    restart costs people no request. bench/stack.py runs the devices service as compose does."""
+    from bench.stack import DEVICE_ENV
+
+    services = compose_services()
+    assert services["devices"]["environment"]["DATABASE_CONN_HEALTH_CHECKS"] == "false"
+    assert (
+        services["devices"]["environment"]["DATABASE_URL"]
+        == services["web"]["environment"]["DATABASE_URL"]
+    )
+    for name in ("web", "hub-worker"):
+        assert "DATABASE_CONN_HEALTH_CHECKS" not in services[name]["environment"]
+    assert settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True  # the default
+    for name, value in DEVICE_ENV.items():  # the bench measures the stack compose runs
+        assert services["devices"]["environment"][name] == value
 
 
 def test_the_hub_worker_runs_beat_for_the_reaper():
