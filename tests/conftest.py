@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+from django.core.cache import caches
 from django.contrib.auth import get_user_model
 from django.core.files import File
 from django.db import connections
@@ -91,6 +92,13 @@ def empty_test_broker(request):
         client.flushdb()
     except redis.ConnectionError as exc:
         pytest.exit(f"Redis at {settings.CELERY_BROKER_URL} is not reachable: {exc}", returncode=1)
+
+
+@pytest.fixture(autouse=True)
+def empty_results_cache():
+    """Start each test with no results JSON kept (benchmarks/exports.py): a rolled-back test
+    database hands out its ids again, and a kept body is per process, not per test."""
+    caches["results"].clear()
 
 
 @pytest.fixture(autouse=True)

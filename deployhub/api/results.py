@@ -1,11 +1,11 @@
 """API v1 for people and scripts: queue benchmarks, read results, export a model's results."""
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
-from deployhub.benchmarks.exports import EXPORTS, benchmark_json, model_csv, model_results
+from deployhub.benchmarks.exports import EXPORTS, benchmark_json, model_csv, model_results_body
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import BenchmarkRun, flag_int8_slowdowns
 from deployhub.benchmarks.reports import model_report as build_report
@@ -84,7 +84,8 @@ def _model(request, pk):
 @token_required
 @for_pipelines
 def model_results_json(request, pk):
-    return JsonResponse(model_results(_model(request, pk)))
+    body = model_results_body(_model(request, pk))
+    return HttpResponse(body, content_type="application/json")
 
 
 @require_http_methods(["GET"])

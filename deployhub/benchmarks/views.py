@@ -10,7 +10,12 @@ from django.views.decorators.http import require_POST
 
 from deployhub.benchmarks.access import get_run_for_user
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
-from deployhub.benchmarks.exports import accuracy_csv, benchmarks_csv, model_csv, model_results
+from deployhub.benchmarks.exports import (
+    accuracy_csv,
+    benchmarks_csv,
+    model_csv,
+    model_results_body,
+)
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import flag_int8_slowdowns_in_version
 from deployhub.benchmarks.pages import results_part
@@ -88,7 +93,7 @@ def model_sweep_csv(request, pk):
 @login_required
 def model_results_json(request, pk):
     model = get_model_for_user(request, pk)
-    return JsonResponse(model_results(model))
+    return HttpResponse(model_results_body(model), content_type="application/json")
 
 
 @login_required
