@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from django.core.cache import caches
 from django.contrib.auth import get_user_model
+from django.core.cache import caches
 from django.core.files import File
 from django.db import connections
 from django.test.utils import override_settings
