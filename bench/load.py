@@ -429,7 +429,7 @@ def view_notes(label, recorder):
 def bench_load():
     """Rows: the scaled-out stack (gunicorn, PostgreSQL, Redis, hub worker, 2 device workers)
     under 50 users and 100 heartbeats/s for 60 s."""
-    from bench.stack import GUNICORN, Stack, add_devices, setup_fleet_for
+    from bench.stack import GUNICORN, WEB_CPU_SHARES, WEB_NICE, Stack, add_devices, setup_fleet_for
     from deployhub.teams.models import Team
 
     data = prepare(USERS, DEVICES)
@@ -466,6 +466,13 @@ def bench_load():
             RSS_GROWTH_MB,
         ),
         generator_note(label, recorder),
+        note(
+            f"{label}: the web's CPU weight against the other processes' (compose's cpu_shares "
+            f"{WEB_CPU_SHARES}, here nice {WEB_NICE})",
+            WEB_CPU_SHARES / 1024,
+            "×",
+            "INFO",
+        ),
     ]
 
 

@@ -26,6 +26,10 @@ GUNICORN = ("--workers", "2", "--threads", "8", "--keep-alive", "75")
 DEVICE_GUNICORN = ("--workers", "1", "--threads", "8", "--keep-alive", "75")
 # What docker-compose.yml's devices service sets besides the hub's environment.
 DEVICE_ENV = {"DATABASE_CONN_HEALTH_CHECKS": "false"}
+# The web's CPU weight: compose's cpu_shares 256 against every other service's 1024. Here the
+# processes share one machine, not containers: a nice of 6 is about the same weight (215
+# against 1024, by the kernel's table), and any user may set it.
+WEB_CPU_SHARES, WEB_NICE = 256, 6
 DEVICE_WORKER = ("-m", "workers")
 
 
@@ -72,7 +76,7 @@ class Stack:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}  # Dockerfile
         self.logs = tempfile.TemporaryFile()
         self.processes = [
-            self.gunicorn(self.url, GUNICORN),
+            self.gunicorn(self.url, GUNICORN, nice=WEB_NICE),
             self.gunicorn(self.device_url, DEVICE_GUNICORN, DEVICE_ENV),
         ]
         wait_for(lambda: healthy(self.url) and healthy(self.device_url), 60, "the hub")
@@ -87,18 +91,21 @@ class Stack:
             )
         time.sleep(1)  # let the consumers attach to their queues
 
-    def gunicorn(self, url, options, env=None):
+    def gunicorn(self, url, options, env=None, nice=0):
         host = url.removeprefix("http://")
         command = ("-m", "gunicorn", "deployhub.wsgi", "-b", host, *options)
-        return self.start(sys.executable, *command, env={**self.env, **(env or {})})
+        return self.start(sys.executable, *command, env={**self.env, **(env or {})}, nice=nice)
 
-    def start(self, python, *command, env=None):
+    def start(self, python, *command, env=None, nice=0):
+        """Start a process; nice: added to its priority before it runs (its threads, forks and
+        children, an upload's checking child among them, inherit it)."""
         return subprocess.Popen(
             [python, *command],
             cwd=ROOT,
             env=env or self.env,
             stdout=self.logs,
             stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
 
     def worker_args(self, token):

@@ -83,6 +83,41 @@ def test_only_the_device_api_skips_the_connection_health_check():
         assert services["devices"]["environment"][name] == value
 
 
+# The kernel's CPU weight of a nice value (kernel/sched/core.c, sched_prio_to_weight): nice 0 is
+# 1024, as a container's default cpu_shares.
+NICE_WEIGHT = {0: 1024, 4: 423, 5: 335, 6: 215, 7: 172, 8: 137}
+
+
+def test_page_renders_yield_the_cpu_to_devices_and_the_database_and_the_bench_runs_it_so():
+    """Heartbeats waited behind page renders on a busy host. Compose gives the web a quarter
+    of the default weight; bench/stack.py gives its gunicorn the nice of about that weight."""
+    from bench.stack import WEB_CPU_SHARES, WEB_NICE
+
+    services = compose_services()
+    assert services["web"]["cpu_shares"] == WEB_CPU_SHARES == 256
+    for name, service in services.items():
+        if name != "web":
+            assert "cpu_shares" not in service, name  # the default, 1024
+    share, weight = WEB_CPU_SHARES / 1024, NICE_WEIGHT[WEB_NICE] / NICE_WEIGHT[0]
+    assert abs(weight - share) / share < 0.2
+
+
+def test_the_bench_starts_a_process_at_the_nice_it_is_given(tmp_path):
+    import os
+    import sys
+    import tempfile
+
+    from bench.stack import Stack
+
+    stack = Stack.__new__(Stack)  # only its start(): no hub is started
+    stack.env, stack.logs = dict(os.environ), tempfile.TemporaryFile()
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    process = stack.start(sys.executable, "-c", code, nice=3)
+    process.wait(timeout=30)
+    stack.logs.seek(0)
+    assert int(stack.logs.read()) == os.getpriority(os.PRIO_PROCESS, 0) + 3
+
+
 def test_the_hub_worker_runs_beat_for_the_reaper():
     command = compose_commands()["hub-worker"]
     assert "--beat" in command and "hub" in command
