@@ -4,6 +4,7 @@ With nothing set, a fresh checkout runs embedded: SQLite, kombu's filesystem
 broker and local storage, all under `var/`. See README.md for the variables.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -286,6 +287,19 @@ DEFAULT_FROM_EMAIL = env_str("DEPLOYHUB_EMAIL_FROM", "deployhub@localhost")
 # Seconds between a failed webhook delivery and each retry (one more attempt per value).
 DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
     int(s) for s in env_list("DEPLOYHUB_WEBHOOK_RETRY_DELAYS", "30,120,600,3600")
+]
+# Networks webhooks never reach (teams/addresses.py), checked on every address a webhook's
+# host resolves to when it is sent: the hub's own host (loopback), link-local (a cloud's
+# metadata service, 169.254.169.254, and AWS's fd00:ec2::254), "this network", multicast and
+# reserved. Private networks stay open (a CI server on the office network); a hub serving
+# teams it does not trust adds them: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7.
+DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = [
+    str(ipaddress.ip_network(network))  # a mistyped network stops the hub here, named
+    for network in env_list(
+        "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS",
+        "127.0.0.0/8,::1/128,169.254.0.0/16,fe80::/10,fd00:ec2::254/128,0.0.0.0/8,::/128,"
+        "224.0.0.0/4,ff00::/8,240.0.0.0/4",
+    )
 ]
 # Where people reach the hub, for links in email.
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")

@@ -3,6 +3,7 @@
 import hashlib
 import hmac
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 class Receiver:
     """A local HTTP server that keeps each request and answers from a script of statuses."""
 
-    def __init__(self):
+    def __init__(self, host="127.0.0.1", port=0):
         self.requests = []
         self.statuses = []  # answered in order; 200 once they run out
         receiver = self
@@ -39,7 +40,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, path="/hook"):
@@ -48,7 +49,9 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver():
+def receiver(settings):
+    """A receiver on loopback, which webhooks may not reach by default: these tests open it."""
+    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = []
     server = Receiver()
     server.thread.start()
     yield server
@@ -250,6 +253,7 @@ def test_an_unreachable_receiver_is_a_failed_attempt(
     eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks
 ):
     settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = []  # loopback opened, to be refused there
     Webhook.objects.create(team=demo_team, url="http://127.0.0.1:9/hook")  # discard: refused
 
     record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
@@ -401,3 +405,122 @@ def test_an_attempt_that_just_began_sending_is_not_given_up(demo_team, alice):
     )
 
     assert sweep_deliveries() == ([], [])
+
+
+# Webhooks never reach the hub's own host or a cloud's metadata service (teams/addresses.py).
+
+BLOCKED_URLS = [
+    "http://127.0.0.1:8080/hook",
+    "http://localhost/hook",
+    "http://[::1]:5432/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://0.0.0.0:6379/",
+]
+
+
+@pytest.mark.parametrize("url", BLOCKED_URLS)
+def test_a_webhook_to_the_hubs_own_host_or_a_metadata_service_is_refused_on_the_page(
+    client, demo_team, alice, url
+):
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.post("/team/settings/", {"action": "add_webhook", "url": url, "events": ""})
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "which webhooks may not reach" in page and "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS" in page
+    assert not Webhook.objects.exists() and not Event.objects.filter(verb="webhook.created")
+
+
+def test_private_networks_stay_open_unless_the_setting_closes_them(settings):
+    assert WebhookForm({"url": "http://10.0.0.2:8080/", "events": ""}).is_valid()
+    assert WebhookForm({"url": "http://[fd12::1]/", "events": ""}).is_valid()
+
+    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = ["10.0.0.0/8"]
+
+    form = WebhookForm({"url": "http://10.0.0.2:8080/", "events": ""})
+    assert not form.is_valid() and "10.0.0.0/8" in form.errors["url"][0]
+
+
+@pytest.fixture
+def loopback_receiver():
+    """A receiver on loopback, left closed to webhooks (the default)."""
+    server = Receiver()
+    server.thread.start()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.mark.parametrize("host", ["localhost", "2130706433", "127.1"])  # all 127.0.0.1
+def test_a_host_name_that_resolves_to_a_blocked_address_is_not_sent_to(
+    loopback_receiver,
+    eager_hub,
+    settings,
+    demo_team,
+    alice,
+    django_capture_on_commit_callbacks,
+    host,
+):
+    """Saved before this check, or a name: its addresses are checked when it is sent."""
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    port = loopback_receiver.server.server_address[1]
+    Webhook.objects.create(team=demo_team, url=f"http://{host}:{port}/hook")
+
+    record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
+
+    assert loopback_receiver.requests == []
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == DeliveryState.FAILED and delivery.status_code is None
+    assert "127.0.0.1" in delivery.error and "which webhooks may not reach" in delivery.error
+
+
+def test_a_name_is_sent_to_the_address_that_was_checked_not_where_it_resolves_next(
+    eager_hub, settings, monkeypatch, demo_team, alice, django_capture_on_commit_callbacks
+):
+    """A name that resolves to an open address, then to a blocked one (DNS rebinding)."""
+    import socket
+
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = ["127.0.0.1/32"]
+    opened = Receiver("127.0.0.2")
+    port = opened.server.server_address[1]
+    closed = Receiver("127.0.0.1", port)  # the same port on the blocked address
+    for server in (opened, closed):
+        server.thread.start()
+    answers = iter(["127.0.0.2"] + ["127.0.0.1"] * 5)
+    real = socket.getaddrinfo
+
+    def rebinding(host, *args, **kwargs):
+        return real(next(answers) if host == "rebind.test" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    Webhook.objects.create(team=demo_team, url=f"http://rebind.test:{port}/hook")
+    try:
+        record_committed(
+            django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team
+        )
+    finally:
+        for server in (opened, closed):
+            server.server.shutdown()
+            server.server.server_close()
+
+    assert WebhookDelivery.objects.get().state == DeliveryState.SUCCEEDED
+    [(_, headers, _)] = opened.requests
+    assert headers["Host"] == f"rebind.test:{port}"
+    assert closed.requests == []
+
+
+def test_a_mistyped_blocked_network_stops_the_hub_at_start_naming_it():
+    env = {**os.environ, "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS": "127.0.0.0/8,10.0.0.0/33"}
+    started = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "deployhub.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert started.returncode != 0 and "10.0.0.0/33" in started.stderr

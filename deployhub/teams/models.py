@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from deployhub.choices import ChoiceSet
+from deployhub.teams.addresses import BlockedAddress, check_literal_host
 
 
 class Role(models.IntegerChoices):
@@ -246,7 +247,8 @@ class TokenFailures(models.Model):
 
 
 def validate_webhook_url(value):
-    """Accept only an http or https URL that names a host."""
+    """Accept only an http or https URL that names a host, and not a blocked address by itself
+    (teams/addresses.py; a host name's addresses are checked when a webhook is sent)."""
     parts = urlsplit(value)
     try:
         parts.port  # noqa: B018 -- raises ValueError for a port out of range
@@ -257,6 +259,10 @@ def validate_webhook_url(value):
             "Enter an http:// or https:// URL with a host, e.g. https://ci.example.com/hook.",
             code="invalid_webhook_url",
         )
+    try:
+        check_literal_host(parts.hostname)
+    except BlockedAddress as exc:
+        raise ValidationError(str(exc), code="blocked_webhook_address") from exc
 
 
 def new_webhook_secret():

@@ -10,6 +10,7 @@ import http.client
 import json
 import logging
 import re
+import socket
 import ssl
 import time
 from datetime import timedelta
@@ -21,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.teams.access import as_id, require_role
+from deployhub.teams.addresses import BlockedAddress, checked_address
 from deployhub.teams.models import (
     DeliveryState,
     Event,
@@ -38,6 +40,7 @@ TIMEOUT_SECONDS = 10
 # Seconds before each retry: five attempts in all. Tests shrink them with the setting.
 DEFAULT_RETRY_DELAYS = (30, 120, 600, 3600)
 PREFIX = re.compile(r"^[a-z0-9_.-]+$")
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 LOST_AFTER_S = 60
@@ -199,21 +202,36 @@ def post(webhook, event):
     return status_code, error, round((time.monotonic() - started) * 1000)
 
 
-def _connection(url):
+def _connection(url, address):
+    """A connection to the URL's host that connects to `address` (checked_address's), with
+    the host's name kept for the Host header and, over HTTPS, for SNI and the certificate."""
     parts = urlsplit(url)
     if parts.scheme == "https":
         context = ssl.create_default_context()
-        return http.client.HTTPSConnection(
+        connection = http.client.HTTPSConnection(
             parts.hostname, parts.port, timeout=TIMEOUT_SECONDS, context=context
         )
-    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
+    # connect() opens its socket with this (both classes, HTTPS then wraps it by host name).
+    connection._create_connection = lambda host_port, *args: socket.create_connection(
+        (address, host_port[1]), *args
+    )
+    return connection
 
 
 def _send(url, body, headers):
-    """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx."""
+    """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx. Never to
+    a blocked network (teams/addresses.py)."""
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    connection = _connection(url)
+    try:
+        address = checked_address(parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme])
+    except BlockedAddress as exc:
+        return None, f"Not delivered: {exc}"[:500]
+    except (OSError, UnicodeError) as exc:  # the name does not resolve
+        return None, f"Not delivered: {parts.hostname} does not resolve ({exc!r})."[:500]
+    connection = _connection(url, address)
     try:
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
