@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.core.cache import caches
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.urls import get_script_prefix
 
 from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun
@@ -305,16 +305,20 @@ def results_revision(model):
     """Return a key that changes whenever the model's results JSON would, from a few small
     queries (the JSON reads every run: 160 ms of CPU for 1,200 runs).
 
-    Runs are never edited, only added and deleted: their count, newest id and newest time
-    stand for them (a deleted newest run's id can come back on SQLite, its time cannot).
-    What a run shows of other rows is read here whole: the model's name and team, the
-    versions, the team's device classes (slugs and every budget a gate reads), the runs'
-    devices, the engines and the datasets, and the URL prefix its job links start with.
+    Runs are never edited (not even in the admin), only added and deleted: their count,
+    newest id and newest time stand for them. What a run shows of other rows is read here
+    whole: the model's name and team, the versions, the device classes of its runs and
+    engines (slugs and every budget a gate reads), the runs' devices, the engines, the
+    datasets, and the URL prefix its job links start with.
     """
     runs = BenchmarkRun.objects.filter(model_version__model=model).order_by()
     accuracy = AccuracyRun.objects.filter(engine__model_version__model=model).order_by()
     totals = (Count("pk"), Max("pk"), Max("created_at"))
     class_fields = [field.attname for field in DeviceClass._meta.concrete_fields]
+    classes = DeviceClass.objects.filter(
+        Q(pk__in=runs.values("device_class_id"))
+        | Q(pk__in=model.versions.values("engines__device_class_id"))
+    )
     made_of = [
         model.pk,
         model.name,
@@ -323,7 +327,7 @@ def results_revision(model):
         runs.aggregate(*totals),
         accuracy.aggregate(*totals),
         list(model.versions.order_by("pk").values_list("pk", "number", "sha256", "format")),
-        list(model.team.device_classes.order_by("pk").values_list(*class_fields)),
+        list(classes.order_by("pk").values_list(*class_fields)),
         sorted(runs.values_list("device_id", "device__name").distinct(), key=str),
         list(
             model.versions.filter(engines__isnull=False)
@@ -339,16 +343,18 @@ def model_results_body(model):
     """Return the model's results JSON (model_results) as bytes: from the results cache
     (settings.CACHES, per process) while its revision holds, else built and kept.
 
-    A body is built after its revision is read, so it is never older than its key. A body
-    over RESULTS_CACHE_MAX_BYTES is built anew each time: a few of those would hold a
-    process's memory.
+    A body is kept only when the revision read after building it is the one read before:
+    a change that commits meanwhile is in the body or not, and a change undone later
+    could bring back the key of either. A body over RESULTS_CACHE_MAX_BYTES is built anew
+    each time: a few of those would hold a process's memory.
     """
     cache = caches["results"]
-    key = f"model-results:{model.pk}:{results_revision(model)}"
+    revision = results_revision(model)
+    key = f"model-results:{model.pk}:{revision}"
     body = cache.get(key)
     if body is None:
         body = json.dumps(model_results(model), cls=DjangoJSONEncoder).encode()
-        if len(body) <= RESULTS_CACHE_MAX_BYTES:
+        if len(body) <= RESULTS_CACHE_MAX_BYTES and results_revision(model) == revision:
             cache.set(key, body)
     return body
 
