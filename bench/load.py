@@ -429,7 +429,7 @@ def view_notes(label, recorder):
 def bench_load():
     """Rows: the scaled-out stack (gunicorn, PostgreSQL, Redis, hub worker, 2 device workers)
     under 50 users and 100 heartbeats/s for 60 s."""
-    from bench.stack import GUNICORN, WEB_CPU_SHARES, WEB_NICE, Stack, add_devices, setup_fleet_for
+    from bench.stack import GUNICORN, Stack, add_devices, setup_fleet_for
     from deployhub.teams.models import Team
 
     data = prepare(USERS, DEVICES)
@@ -440,6 +440,7 @@ def bench_load():
         recorder, meter = run_load(
             stack.url, data, USERS, lambda: stack.web_pids, device_url=stack.device_url
         )
+        web_nice = stack.web_nice()
         if recorder.errors():
             print(f"bench: the end of the stack's log:\n{stack.output()[-6000:]}", flush=True)
     finally:
@@ -466,14 +467,21 @@ def bench_load():
             RSS_GROWTH_MB,
         ),
         generator_note(label, recorder),
-        note(
-            f"{label}: the web's CPU weight against the other processes' (compose's cpu_shares "
-            f"{WEB_CPU_SHARES}, here nice {WEB_NICE})",
-            WEB_CPU_SHARES / 1024,
-            "×",
-            "INFO",
-        ),
+        weight_note(label, web_nice),
     ]
+
+
+def weight_note(label, nice):
+    """The web's CPU weight against nice 0's, from the nice its gunicorn workers ran at."""
+    from bench.stack import NICE_WEIGHT, WEB_CPU_SHARES
+
+    return note(
+        f"{label}: the web's CPU weight against the other processes' (its workers' nice "
+        f"{nice}; compose's cpu_shares {WEB_CPU_SHARES} of 1024)",
+        NICE_WEIGHT[nice] / NICE_WEIGHT[0] if nice in NICE_WEIGHT else None,
+        "×",
+        "INFO",
+    )
 
 
 class Embedded:

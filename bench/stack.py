@@ -27,9 +27,11 @@ DEVICE_GUNICORN = ("--workers", "1", "--threads", "8", "--keep-alive", "75")
 # What docker-compose.yml's devices service sets besides the hub's environment.
 DEVICE_ENV = {"DATABASE_CONN_HEALTH_CHECKS": "false"}
 # The web's CPU weight: compose's cpu_shares 256 against every other service's 1024. Here the
-# processes share one machine, not containers: a nice of 6 is about the same weight (215
-# against 1024, by the kernel's table), and any user may set it.
+# processes share one machine, not containers: a nice of 6 is about the same weight (272
+# against 1024), and any user may set it.
 WEB_CPU_SHARES, WEB_NICE = 256, 6
+# The kernel's CPU weight of a nice value (kernel/sched/core.c, sched_prio_to_weight).
+NICE_WEIGHT = {-6: 3906, -5: 3121, 0: 1024, 4: 423, 5: 335, 6: 272, 7: 215, 8: 172}
 DEVICE_WORKER = ("-m", "workers")
 
 
@@ -97,15 +99,14 @@ class Stack:
         return self.start(sys.executable, *command, env={**self.env, **(env or {})}, nice=nice)
 
     def start(self, python, *command, env=None, nice=0):
-        """Start a process; nice: added to its priority before it runs (its threads, forks and
-        children, an upload's checking child among them, inherit it)."""
+        """Start a process; nice: added to its priority by nice(1) before it runs (its threads,
+        forks and children, an upload's checking child among them, inherit it)."""
         return subprocess.Popen(
-            [python, *command],
+            [*(("nice", "-n", str(nice)) if nice else ()), python, *command],
             cwd=ROOT,
             env=env or self.env,
             stdout=self.logs,
             stderr=subprocess.STDOUT,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
 
     def worker_args(self, token):
@@ -121,6 +122,13 @@ class Stack:
         return [
             child.pid for arbiter in arbiters for child in psutil.Process(arbiter.pid).children()
         ]
+
+    def web_nice(self):
+        """The nice the web's gunicorn workers run at (None when they differ)."""
+        import psutil
+
+        nices = {child.nice() for child in psutil.Process(self.processes[0].pid).children()}
+        return nices.pop() if len(nices) == 1 else None
 
     def output(self):
         self.logs.seek(0)
