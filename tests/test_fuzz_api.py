@@ -37,6 +37,7 @@ from deployhub.releases.actions import propose
 from deployhub.teams.models import ApiToken, Webhook
 from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD, stored_engine
+from tests.figure_results import seed_runs
 from tests.url_routes import filled, routes
 
 pytestmark = pytest.mark.django_db
@@ -245,6 +246,7 @@ class World:
         spare.save()
         webhook = Webhook.objects.create(team=version.team, url="https://example.com/hook")
         run = AutoRun.objects.create(model_version=version, device_class=device_class)
+        seed_runs([engine], 1, 0)  # a benchmark run, for its details (else only its 404)
         self.ids = {
             "versions": version.pk,
             "models": version.model_id,
@@ -256,6 +258,7 @@ class World:
             "releases": propose(engine, alice, "fuzz").pk,
             "auto": run.pk,
             "auto-runs": run.pk,
+            "runs": engine.benchmarks.get().pk,
             "tokens": spare.pk,
             "webhooks": webhook.pk,
         }
