@@ -134,8 +134,8 @@ MIDDLEWARE = [
 
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    # A model's results JSON (benchmarks/exports.py), kept per process under a key that
-    # changes with its contents: 1.9 MB and 160 ms of CPU to build for 1,200 runs.
+    # Models' results JSON (benchmarks/exports.py), the latest body of each, kept per process
+    # while nothing it shows changes: 1.9 MB and 160 ms of CPU to build for 1,200 runs.
     "results": {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
         "LOCATION": "results",

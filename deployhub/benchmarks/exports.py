@@ -341,21 +341,21 @@ def results_revision(model):
 
 def model_results_body(model):
     """Return the model's results JSON (model_results) as bytes: from the results cache
-    (settings.CACHES, per process) while its revision holds, else built and kept.
+    (settings.CACHES, per process, one body per model) while its revision holds, else built
+    and kept.
 
     A body is kept only when the revision read after building it is the one read before:
     a change that commits meanwhile is in the body or not, and a change undone later
     could bring back the key of either. A body over RESULTS_CACHE_MAX_BYTES is built anew
     each time: a few of those would hold a process's memory.
     """
-    cache = caches["results"]
+    cache, key = caches["results"], f"model-results:{model.pk}"
     revision = results_revision(model)
-    key = f"model-results:{model.pk}:{revision}"
-    body = cache.get(key)
-    if body is None:
+    kept_revision, body = cache.get(key, (None, None))
+    if kept_revision != revision:
         body = json.dumps(model_results(model), cls=DjangoJSONEncoder).encode()
         if len(body) <= RESULTS_CACHE_MAX_BYTES and results_revision(model) == revision:
-            cache.set(key, body)
+            cache.set(key, (revision, body))  # one body per model: the older goes
     return body
 
 
