@@ -36,8 +36,9 @@ def blocking_network(address):
 def refusal(host, address, network):
     named = host if str(address) == host else f"{host} ({address})"
     return (
-        f"{named} is in {network}, which webhooks may not reach: it is the hub's own host "
-        f"or network. {SETTING} says which networks are closed to webhooks."
+        f"{named} is in {network}, which webhooks may not reach: the hub's own host, "
+        f"link-local addresses (a cloud's metadata service) and the other networks of "
+        f"{SETTING} are closed to them."
     )
 
 
