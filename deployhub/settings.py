@@ -290,16 +290,23 @@ DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
 ]
 # Networks webhooks never reach (teams/addresses.py), checked on every address a webhook's
 # host resolves to when it is sent: the hub's own host (loopback), link-local (a cloud's
-# metadata service, 169.254.169.254, and AWS's fd00:ec2::254), "this network", multicast and
-# reserved. Private networks stay open (a CI server on the office network); a hub serving
-# teams it does not trust adds them: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7.
+# metadata service: 169.254.169.254, AWS's fd00:ec2::254, Alibaba's 100.100.100.200), "this
+# network", multicast and reserved. DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS adds to them: a hub
+# serving teams it does not trust adds its private networks (10.0.0.0/8, 172.16.0.0/12,
+# 192.168.0.0/16, fc00::/7), which stay open by default (a CI server on the office network).
+# DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens a network inside them (127.0.0.1/32 for a relay on
+# the hub's host). A mistyped network stops the hub here, named.
+WEBHOOK_CLOSED_NETWORKS = [
+    *("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"),
+    *("100.100.100.200/32", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8", "240.0.0.0/4"),
+]
 DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = [
-    str(ipaddress.ip_network(network))  # a mistyped network stops the hub here, named
-    for network in env_list(
-        "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS",
-        "127.0.0.0/8,::1/128,169.254.0.0/16,fe80::/10,fd00:ec2::254/128,0.0.0.0/8,::/128,"
-        "224.0.0.0/4,ff00::/8,240.0.0.0/4",
-    )
+    str(ipaddress.ip_network(network))
+    for network in [*WEBHOOK_CLOSED_NETWORKS, *env_list("DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS", "")]
+]
+DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = [
+    str(ipaddress.ip_network(network))
+    for network in env_list("DEPLOYHUB_WEBHOOK_OPEN_NETWORKS", "")
 ]
 # Where people reach the hub, for links in email.
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")

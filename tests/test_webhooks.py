@@ -51,7 +51,7 @@ class Receiver:
 @pytest.fixture
 def receiver(settings):
     """A receiver on loopback, which webhooks may not reach by default: these tests open it."""
-    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = []
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.0/8"]
     server = Receiver()
     server.thread.start()
     yield server
@@ -253,7 +253,7 @@ def test_an_unreachable_receiver_is_a_failed_attempt(
     eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks
 ):
     settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
-    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = []  # loopback opened, to be refused there
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.0/8"]  # to be refused there
     Webhook.objects.create(team=demo_team, url="http://127.0.0.1:9/hook")  # discard: refused
 
     record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
@@ -412,10 +412,14 @@ def test_an_attempt_that_just_began_sending_is_not_given_up(demo_team, alice):
 BLOCKED_URLS = [
     "http://127.0.0.1:8080/hook",
     "http://localhost/hook",
+    "http://LOCALHOST./hook",
     "http://[::1]:5432/",
     "http://169.254.169.254/latest/meta-data/",
-    "http://[::ffff:127.0.0.1]/hook",
     "http://0.0.0.0:6379/",
+    # 127.0.0.1 as the resolver also reads it, and carried by IPv6 addresses
+    *("http://127.1/", "http://2130706433/", "http://0x7f.1/", "http://127.0.0.1./"),
+    *("http://0/", "http://[::ffff:127.0.0.1]/hook", "http://[::127.0.0.1]/"),
+    *("http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/"),
 ]
 
 
@@ -437,10 +441,48 @@ def test_private_networks_stay_open_unless_the_setting_closes_them(settings):
     assert WebhookForm({"url": "http://10.0.0.2:8080/", "events": ""}).is_valid()
     assert WebhookForm({"url": "http://[fd12::1]/", "events": ""}).is_valid()
 
-    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = ["10.0.0.0/8"]
+    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = [
+        *settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS,
+        "10.0.0.0/8",
+    ]
 
     form = WebhookForm({"url": "http://10.0.0.2:8080/", "events": ""})
     assert not form.is_valid() and "10.0.0.0/8" in form.errors["url"][0]
+
+
+def blocked_networks_with(**env):
+    """The blocked networks a hub started with this environment has."""
+    code = "from django.conf import settings; print(','.join(settings.{}))".format(
+        "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS"
+    )
+    started = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "deployhub.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return started.returncode, started.stdout.strip().split(","), started.stderr
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/8,192.168.0.0/16", "", " "])
+def test_the_setting_adds_networks_and_an_empty_one_keeps_the_defaults(value):
+    """Following the docs (adding private networks) must not open loopback or metadata."""
+    code, networks, _ = blocked_networks_with(DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS=value)
+
+    assert code == 0
+    assert {"127.0.0.0/8", "169.254.0.0/16", "::1/128"} <= set(networks)
+    assert ("10.0.0.0/8" in networks) == ("10.0.0.0" in value)
+
+
+def test_an_unclosed_ipv6_bracket_is_a_form_error_not_a_500(client, demo_team, alice):
+    client.login(username="alice", password=PASSWORD)
+
+    add = {"action": "add_webhook", "url": "http://[::1", "events": ""}
+    response = client.post("/team/settings/", add)
+
+    assert response.status_code == 400 and not Webhook.objects.exists()
 
 
 @pytest.fixture
@@ -483,7 +525,7 @@ def test_a_name_is_sent_to_the_address_that_was_checked_not_where_it_resolves_ne
     import socket
 
     settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
-    settings.DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = ["127.0.0.1/32"]
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.2/32"]  # the rest of loopback blocked
     opened = Receiver("127.0.0.2")
     port = opened.server.server_address[1]
     closed = Receiver("127.0.0.1", port)  # the same port on the blocked address
@@ -512,15 +554,44 @@ def test_a_name_is_sent_to_the_address_that_was_checked_not_where_it_resolves_ne
     assert closed.requests == []
 
 
-def test_a_mistyped_blocked_network_stops_the_hub_at_start_naming_it():
-    env = {**os.environ, "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS": "127.0.0.0/8,10.0.0.0/33"}
-    started = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT,
-        env={**env, "DJANGO_SETTINGS_MODULE": "deployhub.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_a_mistyped_network_stops_the_hub_at_start_naming_it():
+    code, _, stderr = blocked_networks_with(DEPLOYHUB_WEBHOOK_OPEN_NETWORKS="10.0.0.0/33")
 
-    assert started.returncode != 0 and "10.0.0.0/33" in started.stderr
+    assert code != 0 and "10.0.0.0/33" in stderr
+
+
+def test_each_address_of_a_name_is_tried_in_turn(
+    receiver, eager_hub, settings, monkeypatch, demo_team, alice, django_capture_on_commit_callbacks
+):
+    """A dual-stack receiver whose first address does not answer still gets its events."""
+    import socket
+
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    port = receiver.server.server_address[1]
+    real = socket.getaddrinfo
+
+    def two_addresses(host, *args, **kwargs):
+        if host != "dual.test":
+            return real(host, *args, **kwargs)
+        return [*real("127.0.0.3", *args, **kwargs), *real("127.0.0.1", *args, **kwargs)]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    Webhook.objects.create(team=demo_team, url=f"http://dual.test:{port}/hook")
+
+    record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
+
+    assert WebhookDelivery.objects.get().state == DeliveryState.SUCCEEDED
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/hook", "http://example.com:99999/"])
+def test_a_stored_url_the_form_would_refuse_is_a_failed_attempt_not_a_crash(
+    eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks, url
+):
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    Webhook.objects.create(team=demo_team, url=url)  # saved without the form's check
+
+    record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
+
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == DeliveryState.FAILED and "is not an http" in delivery.error

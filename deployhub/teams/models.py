@@ -249,10 +249,10 @@ class TokenFailures(models.Model):
 def validate_webhook_url(value):
     """Accept only an http or https URL that names a host, and not a blocked address by itself
     (teams/addresses.py; a host name's addresses are checked when a webhook is sent)."""
-    parts = urlsplit(value)
     try:
+        parts = urlsplit(value)
         parts.port  # noqa: B018 -- raises ValueError for a port out of range
-    except ValueError:
+    except ValueError:  # that, or an unclosed [ of an IPv6 address
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationError(

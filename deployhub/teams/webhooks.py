@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.teams.access import as_id, require_role
-from deployhub.teams.addresses import BlockedAddress, checked_address
+from deployhub.teams.addresses import BlockedAddress, checked_addresses
 from deployhub.teams.models import (
     DeliveryState,
     Event,
@@ -202,9 +202,10 @@ def post(webhook, event):
     return status_code, error, round((time.monotonic() - started) * 1000)
 
 
-def _connection(url, address):
-    """A connection to the URL's host that connects to `address` (checked_address's), with
-    the host's name kept for the Host header and, over HTTPS, for SNI and the certificate."""
+def _connection(url, targets):
+    """A connection to the URL's host that connects only to `targets` (checked_addresses'),
+    each in turn as a resolver's addresses are, with the host's name kept for the Host
+    header and, over HTTPS, for SNI and the certificate."""
     parts = urlsplit(url)
     if parts.scheme == "https":
         context = ssl.create_default_context()
@@ -213,25 +214,37 @@ def _connection(url, address):
         )
     else:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
-    # connect() opens its socket with this (both classes, HTTPS then wraps it by host name).
-    connection._create_connection = lambda host_port, *args: socket.create_connection(
-        (address, host_port[1]), *args
-    )
+
+    def to_a_target(host_port, *args):
+        error = OSError(f"{parts.hostname}: no address answered")
+        for target in targets:
+            try:
+                return socket.create_connection((target, host_port[1]), *args)
+            except OSError as exc:
+                error = exc
+        raise error
+
+    # connect() opens its socket with this (both classes; HTTPS then wraps it by host name).
+    connection._create_connection = to_a_target
     return connection
 
 
 def _send(url, body, headers):
     """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx. Never to
     a blocked network (teams/addresses.py)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
+    except (KeyError, ValueError):  # a row saved without the form's check
+        return None, f"Not delivered: {url[:200]!r} is not an http:// or https:// URL."
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        address = checked_address(parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme])
+        targets = checked_addresses(parts.hostname, port)
     except BlockedAddress as exc:
         return None, f"Not delivered: {exc}"[:500]
-    except (OSError, UnicodeError) as exc:  # the name does not resolve
+    except (OSError, UnicodeError, ValueError) as exc:  # the name does not resolve
         return None, f"Not delivered: {parts.hostname} does not resolve ({exc!r})."[:500]
-    connection = _connection(url, address)
+    connection = _connection(url, targets)
     try:
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
