@@ -289,16 +289,17 @@ DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
     int(s) for s in env_list("DEPLOYHUB_WEBHOOK_RETRY_DELAYS", "30,120,600,3600")
 ]
 # Networks webhooks never reach (teams/addresses.py), checked on every address a webhook's
-# host resolves to when it is sent: the hub's own host (loopback), link-local (a cloud's
-# metadata service: 169.254.169.254, AWS's fd00:ec2::254, Alibaba's 100.100.100.200), "this
-# network", multicast and reserved. DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS adds to them: a hub
+# host resolves to when it is sent: the hub's own host (loopback), link-local, cloud metadata
+# services (169.254.169.254, AWS's fd00:ec2::254, Alibaba's 100.100.100.200), "this network",
+# multicast, reserved and local-use NAT64. DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS adds to them: a hub
 # serving teams it does not trust adds its private networks (10.0.0.0/8, 172.16.0.0/12,
 # 192.168.0.0/16, fc00::/7), which stay open by default (a CI server on the office network).
-# DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens a network inside them (127.0.0.1/32 for a relay on
-# the hub's host). A mistyped network stops the hub here, named.
+# DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens a network inside them (127.0.0.1/32,::1/128 for a
+# relay on the hub's host). A mistyped network stops the hub here, named.
 WEBHOOK_CLOSED_NETWORKS = [
     *("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"),
     *("100.100.100.200/32", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8", "240.0.0.0/4"),
+    "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215): where it embeds an IPv4 address varies
 ]
 DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = [
     str(ipaddress.ip_network(network))

@@ -584,7 +584,9 @@ def test_each_address_of_a_name_is_tried_in_turn(
     assert len(receiver.requests) == 1
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/hook", "http://example.com:99999/"])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/hook", "http://example.com:99999/", "http:///x", "https://:443/x"]
+)
 def test_a_stored_url_the_form_would_refuse_is_a_failed_attempt_not_a_crash(
     eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks, url
 ):
@@ -595,3 +597,49 @@ def test_a_stored_url_the_form_would_refuse_is_a_failed_attempt_not_a_crash(
 
     delivery = WebhookDelivery.objects.get()
     assert delivery.state == DeliveryState.FAILED and "is not an http" in delivery.error
+
+
+def test_opening_one_network_opens_nothing_else(settings):
+    """A relay on 127.0.0.1 opened: localhost may still be ::1, and 169.254.169.254 inside an
+    IPv6 address stays closed."""
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.0/8"]
+
+    assert WebhookForm({"url": "http://127.0.0.1:8080/hook", "events": ""}).is_valid()
+    for url in ("http://localhost:8080/hook", "http://[::ffff:169.254.169.254]/"):
+        form = WebhookForm({"url": url, "events": ""})
+        assert not form.is_valid() and "DEPLOYHUB_WEBHOOK_OPEN_NETWORKS" in form.errors["url"][0]
+
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.1/32", "::1/128"]
+    assert WebhookForm({"url": "http://localhost:8080/hook", "events": ""}).is_valid()
+
+
+def test_an_attempt_over_many_addresses_that_never_answer_keeps_to_its_timeout(
+    eager_hub, settings, monkeypatch, demo_team, alice, django_capture_on_commit_callbacks
+):
+    """A name can resolve to dozens of addresses: together they get one attempt's time."""
+    import socket
+    import time
+
+    from deployhub.teams import webhooks
+
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    monkeypatch.setattr(webhooks, "TIMEOUT_SECONDS", 1)
+    real = socket.getaddrinfo
+
+    def many(host, *args, **kwargs):
+        if host != "many.test":
+            return real(host, *args, **kwargs)
+        return [info for n in range(10, 40) for info in real(f"10.9.9.{n}", *args, **kwargs)]
+
+    def silent(address, timeout, *args):
+        time.sleep(min(timeout, 0.3))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "getaddrinfo", many)
+    monkeypatch.setattr(socket, "create_connection", silent)
+    Webhook.objects.create(team=demo_team, url="http://many.test/hook")
+
+    record_committed(django_capture_on_commit_callbacks, demo_team, alice, "job.failed", demo_team)
+
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == DeliveryState.FAILED and delivery.duration_ms < 1500

@@ -55,33 +55,36 @@ def refusal(host, address, network):
     named = host if str(address) == host else f"{host} ({address})"
     return (
         f"{named} is in {network}, which webhooks may not reach: the hub's own host, "
-        f"link-local addresses (a cloud's metadata service) and the other networks of "
-        f"{SETTING} are closed to them."
+        f"cloud metadata services and the networks of {SETTING} are closed to them "
+        f"(DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens one)."
     )
 
 
-def literal_address(host):
-    """The address a host names by itself (an IP address in any form the resolver takes,
-    such as 127.1 or 2130706433, or localhost), or None for a name."""
+LOCALHOST = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
+def literal_addresses(host):
+    """The addresses a host names by itself (an IP address in any form the resolver takes,
+    such as 127.1 or 2130706433, or localhost, both of its), or none for a name."""
     host = host.rstrip(".")
     if host.lower() == "localhost":
-        return ipaddress.ip_address("127.0.0.1")
+        return LOCALHOST
     try:
-        return ipaddress.ip_address(host.split("%")[0])
+        return (ipaddress.ip_address(host.split("%")[0]),)
     except ValueError:
         pass
     try:
-        return ipaddress.IPv4Address(socket.inet_aton(host))
+        return (ipaddress.IPv4Address(socket.inet_aton(host)),)
     except (OSError, ValueError):
-        return None
+        return ()
 
 
 def check_literal_host(host):
     """Raise BlockedAddress for a host that names a blocked address by itself; a host name's
     addresses are checked when the webhook is sent (checked_addresses)."""
-    address = literal_address(host)
-    if address is not None and (network := blocking_network(address)):
-        raise BlockedAddress(refusal(host, address, network))
+    for address in literal_addresses(host):
+        if network := blocking_network(address):
+            raise BlockedAddress(refusal(host, address, network))
 
 
 def checked_addresses(host, port):

@@ -215,14 +215,20 @@ def _connection(url, targets):
     else:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
 
-    def to_a_target(host_port, *args):
-        error = OSError(f"{parts.hostname}: no address answered")
+    def to_a_target(host_port, timeout, *args):
+        """Connect to the first target that answers, all of them within one timeout."""
+        if not isinstance(timeout, int | float):  # http.client's "no timeout given"
+            timeout = TIMEOUT_SECONDS
+        deadline, error = time.monotonic() + timeout, None
         for target in targets:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             try:
-                return socket.create_connection((target, host_port[1]), *args)
+                return socket.create_connection((target, host_port[1]), left, *args)
             except OSError as exc:
                 error = exc
-        raise error
+        raise error or TimeoutError(f"{parts.hostname}: no address answered in {timeout} s")
 
     # connect() opens its socket with this (both classes; HTTPS then wraps it by host name).
     connection._create_connection = to_a_target
@@ -236,7 +242,9 @@ def _send(url, body, headers):
         parts = urlsplit(url)
         port = parts.port or DEFAULT_PORTS[parts.scheme]
     except (KeyError, ValueError):  # a row saved without the form's check
-        return None, f"Not delivered: {url[:200]!r} is not an http:// or https:// URL."
+        parts = None
+    if parts is None or not parts.hostname:
+        return None, f"Not delivered: {url[:200]!r} is not an http:// or https:// URL with a host."
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         targets = checked_addresses(parts.hostname, port)
