@@ -202,11 +202,10 @@ def post(webhook, event):
     return status_code, error, round((time.monotonic() - started) * 1000)
 
 
-def _connection(url, targets):
-    """A connection to the URL's host that connects only to `targets` (checked_addresses'),
-    each in turn as a resolver's addresses are, with the host's name kept for the Host
-    header and, over HTTPS, for SNI and the certificate."""
-    parts = urlsplit(url)
+def _connection(parts, targets):
+    """A connection to the URL's host (parts: urlsplit's) that connects only to `targets`
+    (checked_addresses'), each in turn as a resolver's addresses are, with the host's name
+    kept for the Host header and, over HTTPS, for SNI and the certificate."""
     if parts.scheme == "https":
         context = ssl.create_default_context()
         connection = http.client.HTTPSConnection(
@@ -252,7 +251,7 @@ def _send(url, body, headers):
         return None, f"Not delivered: {exc}"[:500]
     except (OSError, UnicodeError, ValueError) as exc:  # the name does not resolve
         return None, f"Not delivered: {parts.hostname} does not resolve ({exc!r})."[:500]
-    connection = _connection(url, targets)
+    connection = _connection(parts, targets)
     try:
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
