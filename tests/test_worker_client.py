@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,12 +26,19 @@ MODEL_SHA256 = hashlib.sha256(MODEL_BYTES).hexdigest()
 class FakeHubForClientTest:
     """Answer each (method, path) with scripted responses, recording every request."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """tls: (certificate, key) paths to answer over HTTPS with."""
         self.script = {}
         self.requests = []
         handler = type("Handler", (_ScriptedHandler,), {"hub": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        scheme = "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_port}"
         serve = threading.Thread(target=self.server.serve_forever, args=(0.01,), daemon=True)
         serve.start()
 
@@ -91,6 +99,93 @@ def test_it_sends_the_device_token_as_a_bearer_header(hub, client):
     method, path, headers, _ = hub.requests[0]
     assert (method, path) == ("GET", "/api/v1/device")
     assert headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_netrc_login_for_the_hubs_host_does_not_replace_the_device_token(
+    hub, tmp_path, monkeypatch
+):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password their-password\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))
+
+    HubClient(hub.url, TOKEN, timeout=5).whoami()
+
+    assert hub.requests[0][2]["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_it_reaches_the_hub_through_the_proxy_its_environment_names(hub, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", hub.url)  # the stand-in is the proxy here
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = HubClient("http://hub.example:8000", TOKEN, timeout=5, retries=0)
+
+    with pytest.raises(HubError):  # the proxy has no route for it: 404
+        client.whoami()
+
+    assert hub.requests[0][1] == "http://hub.example:8000/api/v1/device"  # a proxy's request
+
+
+def test_it_goes_straight_to_a_hub_its_environment_exempts_from_the_proxy(hub, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))
+
+    assert HubClient(hub.url, TOKEN, timeout=5).whoami() == {"name": "local-cpu-1"}
+
+
+def test_it_trusts_the_ca_bundle_its_environment_names(tmp_path, monkeypatch):
+    certificate = _self_signed(tmp_path)
+    hub = FakeHubForClientTest(tls=certificate)
+    try:
+        hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))
+        with pytest.raises(HubUnreachable, match="certificate"):  # not trusted by default
+            HubClient(hub.url, TOKEN, timeout=5, retries=0).whoami()
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
+        assert HubClient(hub.url, TOKEN, timeout=5).whoami() == {"name": "local-cpu-1"}
+    finally:
+        hub.close()
+
+
+def _self_signed(folder):
+    """Write a certificate for 127.0.0.1 and its key; return their paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hub.test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "hub.pem", folder / "hub.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
 
 
 def test_it_posts_json_bodies_without_the_fields_left_out(hub, client):

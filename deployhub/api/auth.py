@@ -237,8 +237,8 @@ def device_required(view):
     def wrapper(request, *args, **kwargs):
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return error(401, "A device token is required: Authorization: Bearer <token>.")
-        lockout = throttle.token_lockout(request)
-        device = Device.objects.annotate(token_lockout=lockout).by_token(_bearer(request))
+        address = throttle.client_address(request)
+        device = Device.objects.by_token(_bearer(request), address=address)
         if device is None:
             return _refuse_token(request, "This device token is not valid.")
         if seconds := throttle.seconds_until(device.token_lockout):

@@ -96,37 +96,55 @@ DRAINING_RESEND_SECONDS = 2
 
 
 def claim_job(job_id, device, attempt):
-    """Give the job to the device for this attempt, under a fresh lease."""
+    """Give the job to the device for this attempt, under a fresh lease.
+
+    One statement takes the row when it can be claimed (queued, on this attempt, of the
+    device's class): every job's dispatch waits on it. Only when it takes nothing is the
+    row read, to say why.
+    """
     if device.draining:
         send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
         raise JobConflict("This device is draining: it takes no new jobs.")
     with transaction.atomic():
-        job = _locked(job_id, device)
-        if job.device_class_id != device.device_class_id:
-            raise WrongDevice("This job belongs to another device class.")
-        if attempt != job.attempt:
-            raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
-        if job.state != JobState.QUEUED:
-            raise JobConflict(f"The job is {job.state}; it cannot be claimed.")
-        now, before = timezone.now(), job.state
-        job.state = JobState.RUNNING
-        job.device = device
-        job.started_at = job.started_at or now
-        job.lease_expires_at = now + timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
-        job.progress = 0.0
-        job.message = f"claimed by {device}"
-        job.append_log(f"attempt {attempt} claimed by device {device}")
-        job.save()
+        job = _take(job_id, device, attempt)
+        if job is None:
+            _refuse_claim(_locked(job_id, device), device, attempt)
+            job = _take(job_id, device, attempt)  # queued again since: ours now, under the lock
+        if job is None:
+            raise JobConflict("The job changed while it was claimed.")
+        job.team = device.device_class.team  # the same row, loaded with the device: no query
         Event.record(
             job.team,
             f"device:{device}",
             "job.claimed",
             job,
             attempt=attempt,
-            before=before,
+            before=JobState.QUEUED,
             after=job.state,
         )
     return job
+
+
+def _take(job_id, device, attempt):
+    lease = timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
+    return Job.objects.take(
+        job_id,
+        device,
+        attempt,
+        lease_expires_at=timezone.now() + lease,
+        message=f"claimed by {device}",
+        log=f"attempt {attempt} claimed by device {device}",
+    )
+
+
+def _refuse_claim(job, device, attempt):
+    """Raise why the device may not claim this attempt of the job (nothing: it may)."""
+    if job.device_class_id != device.device_class_id:
+        raise WrongDevice("This job belongs to another device class.")
+    if attempt != job.attempt:
+        raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+    if job.state != JobState.QUEUED:
+        raise JobConflict(f"The job is {job.state}; it cannot be claimed.")
 
 
 def heartbeat_job(job_id, device, attempt, progress=None, message=None, log=""):

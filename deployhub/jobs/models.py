@@ -1,11 +1,14 @@
 """Jobs: the database row is the truth; the broker only carries its id."""
 
+import functools
+
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.urls import reverse
 from django.utils import timezone
 
 from deployhub.choices import ChoiceSet
+from deployhub.handwritten import Columns
 from workers import kinds
 
 LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
@@ -64,6 +67,40 @@ class JobQuerySet(models.QuerySet):
 
     def active(self):
         return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
+
+    def take(self, job_id, device, attempt, *, lease_expires_at, message, log):
+        """Take the job for the device in one statement when it can be claimed (queued, on
+        this attempt, of the device's class and team) and return it; None when it cannot.
+
+        Its start (kept from an earlier attempt) is the database's time of the statement:
+        the moment the row is taken. Every job's dispatch waits on this statement, and the
+        ORM took longer to compile it than the database to run it (deployhub/handwritten.py).
+        It reads the whole table, whatever this queryset filters.
+        """
+        statement = _take_statement()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statement.sql(connection),
+                [
+                    JobState.RUNNING,
+                    device.pk,
+                    connection.ops.adapt_datetimefield_value(lease_expires_at),
+                    message,
+                    log_lines(log),
+                    LOG_LIMIT,
+                    job_id,
+                    device.device_class.team_id,
+                    device.device_class_id,
+                    attempt,
+                    JobState.QUEUED,
+                ],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        job = statement.job.instance(row, connection)
+        job.device, job.device_class = device, device.device_class
+        return job
 
 
 class Job(models.Model):
@@ -149,14 +186,47 @@ class Job(models.Model):
 
     def append_log(self, text, source="hub"):
         """Append lines to the log; hub lines get a timestamp and a source."""
-        if not text:
-            return
-        if source:
-            stamp = timezone.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            text = "".join(f"{stamp} {source}: {line}\n" for line in text.splitlines())
-        elif not text.endswith("\n"):
-            text += "\n"
-        self.log = (self.log + text)[-LOG_LIMIT:]
+        if text:
+            self.log = (self.log + log_lines(text, source))[-LOG_LIMIT:]
+
+
+def log_lines(text, source="hub"):
+    """Return text as the log's lines: a hub line gets a timestamp and a source."""
+    if source:
+        stamp = timezone.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return "".join(f"{stamp} {source}: {line}\n" for line in text.splitlines())
+    return text if text.endswith("\n") else text + "\n"
+
+
+class _TakeStatement:
+    """UPDATE ... RETURNING of a claim, in each database's words for now and a log's tail."""
+
+    NOW = {"sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}  # Django's Now() there
+    TAIL = {"sqlite": "SUBSTR(log || %s, -%s)"}
+
+    def __init__(self):
+        self.job = Columns(Job, Job._meta.db_table)
+        self._sql = {}
+
+    def sql(self, connection):
+        vendor = connection.vendor
+        if vendor not in self._sql:
+            now = self.NOW.get(vendor, "STATEMENT_TIMESTAMP()")
+            tail = self.TAIL.get(vendor, "RIGHT(log || %s, %s)")
+            self._sql[vendor] = (
+                f"UPDATE {connection.ops.quote_name(Job._meta.db_table)} "
+                "SET state = %s, device_id = %s, "
+                f"started_at = COALESCE(started_at, {now}), lease_expires_at = %s, "
+                f"progress = 0, message = %s, log = {tail} "
+                "WHERE id = %s AND team_id = %s AND device_class_id = %s AND attempt = %s "
+                f"AND state = %s RETURNING {self.job.sql(connection)}"
+            )
+        return self._sql[vendor]
+
+
+@functools.cache
+def _take_statement():
+    return _TakeStatement()
 
 
 class Artifact(models.Model):

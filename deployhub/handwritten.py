@@ -1,0 +1,64 @@
+"""Model instances from hand-written SQL, for the few statements every device call runs.
+
+Compiling an ORM query can cost more than running it: a device token's lookup (the
+device, its class, its team and the caller's token lockout) took 1.6 ms of CPU to
+compile and 0.2 ms to run. Those statements are written once, from the models' own
+tables and columns, and their rows become instances with the conversions the ORM
+applies (JSON text, SQLite's datetimes and booleans), so a model's new field needs no
+change here.
+"""
+
+
+class Columns:
+    """A model's concrete columns (or those named) under a table alias: their SQL, and a
+    row's values made into an instance, or into their values as the ORM gives them."""
+
+    def __init__(self, model, alias, names=None):
+        self.model, self.alias = model, alias
+        fields = model._meta.concrete_fields
+        self.fields = [field for field in fields if names is None or field.name in names]
+        self.names = [field.attname for field in self.fields]
+        self._converters = {}  # per database vendor
+
+    def __len__(self):
+        return len(self.fields)
+
+    def sql(self, connection):
+        quote = connection.ops.quote_name
+        return ", ".join(f"{quote(self.alias)}.{quote(field.column)}" for field in self.fields)
+
+    def instance(self, values, connection):
+        """Return the model instance of these values, converted as the ORM converts them."""
+        return self.model.from_db(connection.alias, self.names, self.values(values, connection))
+
+    def values(self, values, connection):
+        """Return the values converted as the ORM converts them."""
+        converted = list(values)
+        for index, column, converters in self.converters(connection):
+            for convert in converters:
+                converted[index] = convert(converted[index], column, connection)
+        return converted
+
+    def converters(self, connection):
+        """Each column that needs converting: (its index, its expression, its converters).
+        Kept per database vendor: they depend on the backend, not on the connection."""
+        if connection.vendor not in self._converters:
+            found = []
+            for index, field in enumerate(self.fields):
+                column = field.get_col(self.alias)
+                ops = connection.ops
+                converters = ops.get_db_converters(column) + field.get_db_converters(connection)
+                if converters:
+                    found.append((index, column, converters))
+            self._converters[connection.vendor] = found
+        return self._converters[connection.vendor]
+
+
+def split(row, *parts):
+    """Cut a row into the values of each part (a Columns, or 1 for a single value)."""
+    values, start = [], 0
+    for part in parts:
+        width = part if isinstance(part, int) else len(part)
+        values.append(row[start : start + width])
+        start += width
+    return values

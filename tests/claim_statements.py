@@ -1,0 +1,122 @@
+"""What the hand-written statements of a device call give, on the database Django points at.
+
+tests/test_claim_statements.py checks it on PostgreSQL (in the test's database) and on
+SQLite, as `make run` has it: `python -m tests.claim_statements` in a process whose
+DATABASE_URL names a fresh SQLite file migrates it, observes, and prints JSON.
+"""
+
+import json
+import sys
+import uuid
+from datetime import timedelta
+
+from django.db.models import Model
+from django.utils import timezone
+
+LEASE = timedelta(minutes=5)
+
+
+def fields(instance):
+    """A model instance's concrete fields, as JSON can carry them."""
+    return {
+        field.attname: _plain(getattr(instance, field.attname))
+        for field in instance._meta.concrete_fields
+    }
+
+
+def _plain(value):
+    if isinstance(value, Model):
+        return value.pk
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def observe():
+    """Register a device, look it up by token and claim jobs with it; return what was seen."""
+    from deployhub.devices.models import Device, DeviceClass
+    from deployhub.jobs.models import LOG_LIMIT, Job, JobKind, JobState
+    from deployhub.teams.models import Team, TokenFailures
+
+    suffix = uuid.uuid4().hex[:8]
+    team = Team.objects.create(name=f"Statements {suffix}", slug=f"statements-{suffix}")
+    device_class = DeviceClass.objects.create(
+        team=team, slug=f"statements-{suffix}", name="Statements", backends=["onnxruntime"]
+    )
+    device = Device(device_class=device_class, name="edge-1", fingerprint={"cpu": {"avx2": True}})
+    token = device.issue_token()
+    device.save()
+    device.record_heartbeat()
+    seen = {"ids": {"device": device.pk, "class": device_class.pk, "team": team.pk}}
+
+    found = Device.objects.by_token(token, address="192.0.2.7")
+    stored = Device.objects.select_related("device_class__team").get(pk=device.pk)
+    seen["by_token"] = {
+        "device": fields(found),
+        "class": fields(found.device_class),
+        "team": fields(found.device_class.team),
+        "lockout": found.token_lockout,
+    }
+    seen["orm"] = {
+        "device": fields(stored),
+        "class": fields(stored.device_class),
+        "team": fields(stored.device_class.team),
+    }
+    seen["unknown_token"] = Device.objects.by_token("dht_" + "x" * 40, address="192.0.2.7")
+    locked_until = timezone.now() + timedelta(minutes=15)
+    TokenFailures.objects.create(
+        address="192.0.2.7",
+        failures=10,
+        window_started_at=timezone.now(),
+        locked_until=locked_until,
+    )
+    lockout = Device.objects.by_token(token, address="192.0.2.7").token_lockout
+    seen["lockout"] = {"type": type(lockout).__name__, "value": _plain(lockout)}
+    seen["locked_until"] = locked_until.isoformat()
+    seen["lockout_elsewhere"] = Device.objects.by_token(token, address="192.0.2.8").token_lockout
+
+    def take(job, attempt=1):
+        return Job.objects.take(
+            job.pk,
+            found,
+            attempt,
+            lease_expires_at=timezone.now() + LEASE,
+            message=f"claimed by {found}",
+            log=f"attempt {attempt} claimed by device {found}",
+        )
+
+    job = Job.objects.create(team=team, kind=JobKind.NOOP, device_class=device_class, log="x")
+    before = timezone.now()
+    taken = take(job)
+    after = timezone.now()
+    seen["take"] = {
+        "returned": fields(taken),
+        "stored": fields(Job.objects.get(pk=job.pk)),
+        "before": before.isoformat(),
+        "after": after.isoformat(),
+        "again": take(job) is not None,
+        "stale_attempt": take(Job.objects.create(**_job(team, device_class)), attempt=2)
+        is not None,
+    }
+    other_class = DeviceClass.objects.create(team=team, slug=f"other-{suffix}", name="Other")
+    seen["take"]["other_class"] = take(Job.objects.create(**_job(team, other_class))) is not None
+    # Lease lost, queued again as attempt 2: the claim keeps the first attempt's start.
+    Job.objects.filter(pk=job.pk).update(state=JobState.QUEUED, attempt=2, device=None)
+    seen["take"]["second_attempt"] = fields(take(job, attempt=2))
+    full = Job.objects.create(**_job(team, device_class), log="y" * LOG_LIMIT)
+    log = take(full).log
+    seen["take"]["full_log"] = {"length": len(log), "tail": log[-60:], "limit": LOG_LIMIT}
+    return seen
+
+
+def _job(team, device_class):
+    from deployhub.jobs.models import JobKind
+
+    return {"team": team, "kind": JobKind.NOOP, "device_class": device_class}
+
+
+if __name__ == "__main__":
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    json.dump(observe(), sys.stdout, default=_plain)

@@ -1,0 +1,78 @@
+"""The hand-written statements of every device call (a device by its token, a claim's take)
+give what the ORM gives, on PostgreSQL and on SQLite (make run's database)."""
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.claim_statements import LEASE, observe
+from tests.conftest import ROOT
+
+
+def check(seen):
+    ids = seen["ids"]
+    # The device, its class and its team: every field as the ORM reads it (JSON, datetimes,
+    # booleans), and the caller's address is not locked out.
+    found = seen["by_token"]
+    assert found.pop("lockout") is None
+    assert found == seen["orm"]
+    assert found["device"]["fingerprint"] == {"cpu": {"avx2": True}}
+    assert found["class"]["backends"] == ["onnxruntime"] and found["team"]["id"] == ids["team"]
+    assert seen["unknown_token"] is None
+    # A locked-out address: the end of its lockout, a datetime, for that address only.
+    assert seen["lockout"] == {"type": "datetime", "value": seen["locked_until"]}
+    assert seen["lockout_elsewhere"] is None
+
+    take = seen["take"]
+    returned, stored = take["returned"], take["stored"]
+    assert returned == stored  # what the claim answers is what the row holds
+    assert stored["state"] == "running" and stored["device_id"] == ids["device"]
+    assert stored["message"] == "claimed by edge-1" and stored["progress"] == 0
+    assert stored["log"].startswith("x") and stored["log"].endswith(
+        " hub: attempt 1 claimed by device edge-1\n"
+    )
+    started, lease = (
+        datetime.fromisoformat(stored[name]) for name in ("started_at", "lease_expires_at")
+    )
+    before, after = (datetime.fromisoformat(take[name]) for name in ("before", "after"))
+    # The database's time of the statement, on this machine's clock (SQLite: to the ms).
+    assert before - timedelta(milliseconds=1) <= started <= after
+    assert before + LEASE <= lease <= after + LEASE
+    # Nothing taken twice, for a stale attempt or by another class's device.
+    assert take["again"] is False and take["stale_attempt"] is False
+    assert take["other_class"] is False
+    second = take["second_attempt"]
+    assert second["attempt"] == 2 and second["state"] == "running"
+    assert second["started_at"] == stored["started_at"]  # the first attempt's start stays
+    assert second["log"].endswith("attempt 2 claimed by device edge-1\n")
+    full = take["full_log"]  # a full log keeps its newest characters
+    assert full["length"] == full["limit"]
+    assert full["tail"].endswith("attempt 1 claimed by device edge-1\n")
+
+
+@pytest.mark.django_db
+def test_they_give_what_the_orm_gives_on_postgresql():
+    check(json.loads(json.dumps(observe(), default=str)))
+
+
+def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
+        "DEPLOYHUB_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "deployhub.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.claim_statements"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    check(json.loads(result.stdout))
