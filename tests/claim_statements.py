@@ -36,6 +36,7 @@ def observe():
     from deployhub.jobs.models import LOG_LIMIT, Job, JobKind, JobState
     from deployhub.teams.models import Team, TokenFailures
 
+    TokenFailures.objects.all().delete()  # a database of this test's own: no lockouts yet
     suffix = uuid.uuid4().hex[:8]
     team = Team.objects.create(name=f"Statements {suffix}", slug=f"statements-{suffix}")
     device_class = DeviceClass.objects.create(
@@ -74,14 +75,7 @@ def observe():
     seen["lockout_elsewhere"] = Device.objects.by_token(token, address="192.0.2.8").token_lockout
 
     def take(job, attempt=1):
-        return Job.objects.take(
-            job.pk,
-            found,
-            attempt,
-            lease_expires_at=timezone.now() + LEASE,
-            message=f"claimed by {found}",
-            log=f"attempt {attempt} claimed by device {found}",
-        )
+        return Job.objects.take(job.pk, found, attempt, lease_expires_at=timezone.now() + LEASE)
 
     job = Job.objects.create(team=team, kind=JobKind.NOOP, device_class=device_class, log="x")
     before = timezone.now()
@@ -104,6 +98,40 @@ def observe():
     full = Job.objects.create(**_job(team, device_class), log="y" * LOG_LIMIT)
     log = take(full).log
     seen["take"]["full_log"] = {"length": len(log), "tail": log[-60:], "limit": LOG_LIMIT}
+    seen["for_token"] = _take_for_token(token, device, other_class)
+    return seen
+
+
+def _take_for_token(token, device, other_class):
+    """What the claim that authenticates its device too takes (PostgreSQL only)."""
+    from deployhub.devices.models import Device
+    from deployhub.jobs.models import Job
+
+    def take(job, address="192.0.2.9", token=token):
+        lease = timezone.now() + LEASE
+        return Job.objects.take_for_token(job.pk, token, address, 1, lease_expires_at=lease)
+
+    queued = Job.objects.create(**_job(device.device_class.team, device.device_class))
+    seen = {
+        "locked_out": take(queued, address="192.0.2.7") is not None,
+        "unknown_token": take(queued, token="dht_" + "y" * 40) is not None,
+        "other_class": take(Job.objects.create(**_job(device.device_class.team, other_class)))
+        is not None,
+    }
+    Device.objects.filter(pk=device.pk).update(draining=True)
+    seen["draining"] = take(queued) is not None
+    Device.objects.filter(pk=device.pk).update(draining=False)
+    taken = take(queued)
+    if taken is not None:
+        job, found = taken
+        stored = Device.objects.select_related("device_class__team").get(pk=device.pk)
+        taken = {
+            "returned": fields(job),
+            "stored": fields(Job.objects.get(pk=queued.pk)),
+            "device": [fields(found), fields(found.device_class), fields(found.device_class.team)],
+            "orm": [fields(stored), fields(stored.device_class), fields(stored.device_class.team)],
+        }
+    seen["taken"] = taken
     return seen
 
 
@@ -118,5 +146,11 @@ if __name__ == "__main__":
     from django.core.management import call_command
 
     django.setup()
+    from django.db import connection
+
     call_command("migrate", verbosity=0)
-    json.dump(observe(), sys.stdout, default=_plain)
+    seen = {"returning": observe()}
+    # SQLite before 3.35 has no RETURNING: the claim reads the row it took instead.
+    connection.features.can_return_columns_from_insert = False
+    seen["no_returning"] = observe()
+    json.dump(seen, sys.stdout, default=_plain)

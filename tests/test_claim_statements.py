@@ -13,7 +13,7 @@ from tests.claim_statements import LEASE, observe
 from tests.conftest import ROOT
 
 
-def check(seen):
+def check(seen, vendor):
     ids = seen["ids"]
     # The device, its class and its team: every field as the ORM reads it (JSON, datetimes,
     # booleans), and the caller's address is not locked out.
@@ -53,10 +53,24 @@ def check(seen):
     assert full["length"] == full["limit"]
     assert full["tail"].endswith("attempt 1 claimed by device edge-1\n")
 
+    # Authenticated and taken in one statement: on PostgreSQL, and only when sure to be granted.
+    for_token = seen["for_token"]
+    refusals = ("locked_out", "unknown_token", "other_class", "draining")
+    assert [name for name in refusals if for_token[name]] == []
+    taken = for_token["taken"]
+    if vendor != "postgresql":
+        assert taken is None  # the caller authenticates, then takes
+        return
+    assert taken["returned"] == taken["stored"] and taken["device"] == taken["orm"]
+    stored = taken["stored"]
+    assert stored["state"] == "running" and stored["device_id"] == ids["device"]
+    assert stored["message"] == "claimed by edge-1" and stored["started_at"]
+    assert stored["log"].endswith(" hub: attempt 1 claimed by device edge-1\n")
+
 
 @pytest.mark.django_db
 def test_they_give_what_the_orm_gives_on_postgresql():
-    check(json.loads(json.dumps(observe(), default=str)))
+    check(json.loads(json.dumps(observe(), default=str)), "postgresql")
 
 
 def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
@@ -75,4 +89,6 @@ def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    check(json.loads(result.stdout))
+    seen = json.loads(result.stdout)
+    check(seen["returning"], "sqlite")
+    check(seen["no_returning"], "sqlite")

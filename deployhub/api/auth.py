@@ -168,7 +168,8 @@ def field_length(model, name):
     return model._meta.get_field(name).max_length
 
 
-def _bearer(request):
+def bearer(request):
+    """The token of the request's Authorization: Bearer header ('' when none)."""
     return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
 
 
@@ -186,7 +187,7 @@ def _locked_out(seconds):
 def _refuse_token(request, message):
     """Answer a token that opens nothing: 401, counted against the caller's address (no token:
     no count); 429 when that address is locked out."""
-    if _bearer(request) and (seconds := throttle.count_token_failure(request)):
+    if bearer(request) and (seconds := throttle.count_token_failure(request)):
         return _locked_out(seconds)
     return error(401, message)
 
@@ -199,7 +200,7 @@ def token_required(view):
     def wrapper(request, *args, **kwargs):
         # The address's lockout comes with the token, in one query: a right token is not slowed.
         lockout = throttle.token_lockout(request)
-        record = ApiToken.objects.annotate(lockout=lockout).by_token(_bearer(request))
+        record = ApiToken.objects.annotate(lockout=lockout).by_token(bearer(request))
         if record is None:
             return _refuse_token(
                 request,
@@ -238,7 +239,7 @@ def device_required(view):
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return error(401, "A device token is required: Authorization: Bearer <token>.")
         address = throttle.client_address(request)
-        device = Device.objects.by_token(_bearer(request), address=address)
+        device = Device.objects.by_token(bearer(request), address=address)
         if device is None:
             return _refuse_token(request, "This device token is not valid.")
         if seconds := throttle.seconds_until(device.token_lockout):

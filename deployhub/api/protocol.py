@@ -4,10 +4,13 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.api.auth import (
     BadInput,
+    bearer,
+    check_fields,
     device_required,
     error,
     field_length,
@@ -24,6 +27,7 @@ from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
+from deployhub.teams.throttle import client_address
 
 
 def _attempt(data):
@@ -129,9 +133,31 @@ def device_heartbeat(request, device):
 
 
 @require_POST
+@csrf_exempt
+def claim(request, job_id):
+    """Claim a job for the calling device. Every job's dispatch waits on this call: a claim
+    sure to be granted is one statement that authenticates the device too (on PostgreSQL:
+    jobs/models.py); any other goes the way of every device call, which says why not."""
+    return _claim_in_one_statement(request, job_id) or _claim(request, job_id=job_id)
+
+
+def _claim_in_one_statement(request, job_id):
+    try:
+        check_fields(request)
+        attempt = _attempt(json_body(request, scrub=True))
+    except BadInput:
+        return None  # said after the token is checked, as for any device call
+    taken = actions.claim_for_token(job_id, bearer(request), client_address(request), attempt)
+    return None if taken is None else _claimed(*taken)
+
+
 @device_required
-def claim(request, device, job_id):
+def _claim(request, device, job_id):
     job = actions.claim_job(job_id, device, _attempt(json_body(request, scrub=True)))
+    return _claimed(job, device)
+
+
+def _claimed(job, device):
     device.record_heartbeat()
     return JsonResponse(_job_json(job, device))
 

@@ -147,7 +147,7 @@ class DeviceQuerySet(models.QuerySet):
         """
         if not token or not token.startswith(TOKEN_PREFIX):
             return None
-        lookup = _token_lookup()
+        lookup = token_lookup()
         with connection.cursor() as cursor:
             now = connection.ops.adapt_datetimefield_value(timezone.now())
             cursor.execute(lookup.sql(connection), [address or "", now, hash_token(token)])
@@ -240,8 +240,10 @@ class FingerprintChange(models.Model):
         return f"{self.device}: {'; '.join(self.summary)[:80]}"
 
 
-class _TokenLookup:
-    """The device of a token hash, its class, its team, and the lockout of an address."""
+class TokenLookup:
+    """The device holding a token hash, its class and team, and the lockout of an address:
+    the tables and columns of the statements that authenticate a device (by_token, and
+    a claim's on PostgreSQL: deployhub/jobs/models.py)."""
 
     def __init__(self):
         self.device = Columns(Device, "d")
@@ -250,32 +252,54 @@ class _TokenLookup:
         self.lockout = Columns(TokenFailures, "f", ["locked_until"])
         self._sql = {}
 
+    def tables(self, connection):
+        """The device (d), its class (c) and its team (t), joined."""
+        quote, table = connection.ops.quote_name, lambda columns: columns.model._meta.db_table
+        return (
+            f"{quote(table(self.device))} d "
+            f"JOIN {quote(table(self.device_class))} c ON c.id = d.device_class_id "
+            f"JOIN {quote(table(self.team))} t ON t.id = c.team_id"
+        )
+
+    def lockout_sql(self, connection):
+        """The end of an address's lockout (NULL: none); parameters: the address, now."""
+        table = connection.ops.quote_name(self.lockout.model._meta.db_table)
+        return (
+            f"(SELECT {self.lockout.sql(connection)} FROM {table} f "
+            "WHERE f.address = %s AND f.locked_until > %s)"
+        )
+
+    def columns_sql(self, connection):
+        """The device's, its class's and its team's columns, in the order device() reads."""
+        parts = (self.device, self.device_class, self.team)
+        return ", ".join(part.sql(connection) for part in parts)
+
     def sql(self, connection):
         if connection.vendor not in self._sql:
-            quote, table = connection.ops.quote_name, lambda columns: columns.model._meta.db_table
-            parts = (self.device, self.device_class, self.team)
             self._sql[connection.vendor] = (
-                f"SELECT {', '.join(part.sql(connection) for part in parts)}, "
-                f"(SELECT {self.lockout.sql(connection)} FROM {quote(table(self.lockout))} f "
-                "WHERE f.address = %s AND f.locked_until > %s) "
-                f"FROM {quote(table(self.device))} d "
-                f"JOIN {quote(table(self.device_class))} c ON c.id = d.device_class_id "
-                f"JOIN {quote(table(self.team))} t ON t.id = c.team_id "
-                "WHERE d.token_hash = %s"
+                f"SELECT {self.columns_sql(connection)}, {self.lockout_sql(connection)} "
+                f"FROM {self.tables(connection)} WHERE d.token_hash = %s"
             )
         return self._sql[connection.vendor]
 
-    def read(self, row, connection):
-        device, device_class, team, lockout = split(
-            row, self.device, self.device_class, self.team, self.lockout
-        )
+    def width(self):
+        return len(self.device) + len(self.device_class) + len(self.team)
+
+    def device_of(self, values, connection):
+        """The device, its class and its team from values read in columns_sql()'s order."""
+        device, device_class, team = split(values, self.device, self.device_class, self.team)
         device = self.device.instance(device, connection)
         device.device_class = self.device_class.instance(device_class, connection)
         device.device_class.team = self.team.instance(team, connection)
-        [device.token_lockout] = self.lockout.values(lockout, connection)
+        return device
+
+    def read(self, row, connection):
+        """The device of a row of sql(), with its address's lockout as device.token_lockout."""
+        device = self.device_of(row[: self.width()], connection)
+        [device.token_lockout] = self.lockout.values(row[self.width() :], connection)
         return device
 
 
 @functools.cache
-def _token_lookup():
-    return _TokenLookup()
+def token_lookup():
+    return TokenLookup()

@@ -106,34 +106,44 @@ def claim_job(job_id, device, attempt):
         send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
         raise JobConflict("This device is draining: it takes no new jobs.")
     with transaction.atomic():
-        job = _take(job_id, device, attempt)
+        job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
         if job is None:
             _refuse_claim(_locked(job_id, device), device, attempt)
-            job = _take(job_id, device, attempt)  # queued again since: ours now, under the lock
+            # Nothing to refuse: queued again since the statement; ours now, under the lock.
+            job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
         if job is None:
             raise JobConflict("The job changed while it was claimed.")
-        job.team = device.device_class.team  # the same row, loaded with the device: no query
-        Event.record(
-            job.team,
-            f"device:{device}",
-            "job.claimed",
-            job,
-            attempt=attempt,
-            before=JobState.QUEUED,
-            after=job.state,
-        )
+        _record_claim(job, device, attempt)
     return job
 
 
-def _take(job_id, device, attempt):
-    lease = timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
-    return Job.objects.take(
-        job_id,
-        device,
-        attempt,
-        lease_expires_at=timezone.now() + lease,
-        message=f"claimed by {device}",
-        log=f"attempt {attempt} claimed by device {device}",
+def claim_for_token(job_id, token, address, attempt):
+    """Claim the job for the device holding the token in one statement that authenticates it
+    too, when the claim is sure to be granted (Job.objects.take_for_token): return (the job,
+    the device), or None, and the caller authenticates the device and calls claim_job."""
+    with transaction.atomic():
+        taken = Job.objects.take_for_token(
+            job_id, token, address, attempt, lease_expires_at=_lease_end()
+        )
+        if taken is not None:
+            _record_claim(*taken, attempt)
+    return taken
+
+
+def _lease_end():
+    return timezone.now() + timedelta(seconds=settings.DEPLOYHUB_JOB_LEASE_SECONDS)
+
+
+def _record_claim(job, device, attempt):
+    job.team = device.device_class.team  # the same row, loaded with the device: no query
+    Event.record(
+        job.team,
+        f"device:{device}",
+        "job.claimed",
+        job,
+        attempt=attempt,
+        before=JobState.QUEUED,
+        after=job.state,
     )
 
 

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployhub.choices import ChoiceSet
+from deployhub.devices.models import TOKEN_PREFIX, hash_token, token_lookup
 from deployhub.handwritten import Columns
 from workers import kinds
 
@@ -68,7 +69,7 @@ class JobQuerySet(models.QuerySet):
     def active(self):
         return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
 
-    def take(self, job_id, device, attempt, *, lease_expires_at, message, log):
+    def take(self, job_id, device, attempt, *, lease_expires_at):
         """Take the job for the device in one statement when it can be claimed (queued, on
         this attempt, of the device's class and team) and return it; None when it cannot.
 
@@ -77,30 +78,22 @@ class JobQuerySet(models.QuerySet):
         ORM took longer to compile it than the database to run it (deployhub/handwritten.py).
         It reads the whole table, whatever this queryset filters.
         """
-        statement = _take_statement()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                statement.sql(connection),
-                [
-                    JobState.RUNNING,
-                    device.pk,
-                    connection.ops.adapt_datetimefield_value(lease_expires_at),
-                    message,
-                    log_lines(log),
-                    LOG_LIMIT,
-                    job_id,
-                    device.device_class.team_id,
-                    device.device_class_id,
-                    attempt,
-                    JobState.QUEUED,
-                ],
-            )
-            row = cursor.fetchone()
-        if row is None:
+        return _claim_statement().take(connection, job_id, attempt, lease_expires_at, device)
+
+    def take_for_token(self, job_id, token, address, attempt, *, lease_expires_at):
+        """On PostgreSQL, take the job for the device holding the token, in one statement
+        that authenticates it too, when the claim is sure to be granted: the device is not
+        draining, the caller's address is not locked out, and the job can be claimed (as
+        take()). Return (the job, the device with its class and team), or None: on any
+        other database, or when anything is amiss (the caller then authenticates, and
+        take() or its refusal says why)."""
+        if connection.vendor != "postgresql":  # only it returns the joined rows' columns
             return None
-        job = statement.job.instance(row, connection)
-        job.device, job.device_class = device, device.device_class
-        return job
+        if not token.startswith(TOKEN_PREFIX):  # no device's: nothing to ask the database
+            return None
+        return _claim_statement().take_for_token(
+            connection, job_id, hash_token(token), address, attempt, lease_expires_at
+        )
 
 
 class Job(models.Model):
@@ -193,40 +186,108 @@ class Job(models.Model):
 def log_lines(text, source="hub"):
     """Return text as the log's lines: a hub line gets a timestamp and a source."""
     if source:
-        stamp = timezone.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        return "".join(f"{stamp} {source}: {line}\n" for line in text.splitlines())
+        stamp = log_stamp(source)
+        return "".join(f"{stamp}{line}\n" for line in text.splitlines())
     return text if text.endswith("\n") else text + "\n"
 
 
-class _TakeStatement:
-    """UPDATE ... RETURNING of a claim, in each database's words for now and a log's tail."""
+def log_stamp(source="hub"):
+    """The start of a log line the hub writes now: its time and source."""
+    return f"{timezone.now().isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {source}: "
+
+
+class _ClaimStatement:
+    """The UPDATE that takes a job for a device, in each database's words for now and for a
+    log's tail: for a device already authenticated (its id and name as parameters), or for
+    the device holding a token hash, whose row, class and team it returns with the job's."""
 
     NOW = {"sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}  # Django's Now() there
-    TAIL = {"sqlite": "SUBSTR(log || %s, -%s)"}
+    TAIL = {"sqlite": "SUBSTR({}, -%s)"}
 
     def __init__(self):
         self.job = Columns(Job, Job._meta.db_table)
+        self.devices = token_lookup()
         self._sql = {}
 
-    def sql(self, connection):
-        vendor = connection.vendor
-        if vendor not in self._sql:
-            now = self.NOW.get(vendor, "STATEMENT_TIMESTAMP()")
-            tail = self.TAIL.get(vendor, "RIGHT(log || %s, %s)")
-            self._sql[vendor] = (
-                f"UPDATE {connection.ops.quote_name(Job._meta.db_table)} "
-                "SET state = %s, device_id = %s, "
-                f"started_at = COALESCE(started_at, {now}), lease_expires_at = %s, "
-                f"progress = 0, message = %s, log = {tail} "
-                "WHERE id = %s AND team_id = %s AND device_class_id = %s AND attempt = %s "
-                f"AND state = %s RETURNING {self.job.sql(connection)}"
+    def take(self, connection, job_id, attempt, lease_expires_at, device):
+        params = self._set_params(connection, attempt, lease_expires_at, device)
+        params += [device.device_class.team_id, device.device_class_id]
+        params += [job_id, attempt, JobState.QUEUED]
+        returning = connection.features.can_return_columns_from_insert  # SQLite 3.35+
+        with connection.cursor() as cursor:
+            cursor.execute(self._sql_for(connection, "device", returning), params)
+            row = cursor.fetchone() if returning else cursor.rowcount or None
+        if row is None:
+            return None
+        job = self.job.instance(row, connection) if returning else Job.objects.get(pk=job_id)
+        job.device, job.device_class = device, device.device_class
+        return job
+
+    def take_for_token(self, connection, job_id, token_hash, address, attempt, lease_expires_at):
+        params = self._set_params(connection, attempt, lease_expires_at, None)
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        params += [token_hash, address, now, job_id, attempt, JobState.QUEUED]
+        with connection.cursor() as cursor:
+            cursor.execute(self._sql_for(connection, "token", True), params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        job = self.job.instance(row[: len(self.job)], connection)
+        device = self.devices.device_of(row[len(self.job) :], connection)
+        job.device, job.device_class = device, device.device_class
+        return job, device
+
+    def _set_params(self, connection, attempt, lease_expires_at, device):
+        """The SET clause's parameters; a device's id and name come from its row when None."""
+        name = [] if device is None else [device.name]
+        return [
+            JobState.RUNNING,
+            *([] if device is None else [device.pk]),
+            connection.ops.adapt_datetimefield_value(lease_expires_at),
+            "claimed by ",
+            *name,
+            f"{log_stamp()}attempt {attempt} claimed by device ",
+            *name,
+            "\n",
+            LOG_LIMIT,
+        ]
+
+    def _sql_for(self, connection, by, returning):
+        key = (connection.vendor, by, returning)
+        if key not in self._sql:
+            self._sql[key] = self._build(connection, by, returning)
+        return self._sql[key]
+
+    def _build(self, connection, by, returning):
+        table = connection.ops.quote_name(Job._meta.db_table)
+        now = self.NOW.get(connection.vendor, "STATEMENT_TIMESTAMP()")
+        device_id, name = ("%s", "%s") if by == "device" else ("d.id", "d.name")
+        log = f"{table}.log || %s || {name} || %s"
+        sql = (
+            f"UPDATE {table} SET state = %s, device_id = {device_id}, "
+            f"started_at = COALESCE({table}.started_at, {now}), lease_expires_at = %s, "
+            f"progress = 0, message = %s || {name}, "
+            f"log = {self.TAIL.get(connection.vendor, 'RIGHT({}, %s)').format(log)} "
+        )
+        if by == "device":
+            sql += f"WHERE {table}.team_id = %s AND {table}.device_class_id = %s "
+        else:
+            sql += (
+                f"FROM {self.devices.tables(connection)} WHERE d.token_hash = %s "
+                f"AND NOT d.draining AND {self.devices.lockout_sql(connection)} IS NULL "
+                f"AND {table}.team_id = c.team_id AND {table}.device_class_id = d.device_class_id "
             )
-        return self._sql[vendor]
+        sql += f"AND {table}.id = %s AND {table}.attempt = %s AND {table}.state = %s"
+        if returning:
+            sql += f" RETURNING {self.job.sql(connection)}"
+            if by == "token":
+                sql += f", {self.devices.columns_sql(connection)}"
+        return sql
 
 
 @functools.cache
-def _take_statement():
-    return _TakeStatement()
+def _claim_statement():
+    return _ClaimStatement()
 
 
 class Artifact(models.Model):
