@@ -26,11 +26,15 @@ MODEL_SHA256 = hashlib.sha256(MODEL_BYTES).hexdigest()
 class FakeHubForClientTest:
     """Answer each (method, path) with scripted responses, recording every request."""
 
-    def __init__(self, tls=None):
-        """tls: (certificate, key) paths to answer over HTTPS with."""
+    def __init__(self, tls=None, keep_alive=False):
+        """tls: (certificate, key) paths to answer over HTTPS with; keep_alive: HTTP/1.1
+        (connections stay open until the client closes them, or close_next_connection)."""
         self.script = {}
         self.requests = []
-        handler = type("Handler", (_ScriptedHandler,), {"hub": self})
+        self.connections = 0
+        self.close_next_connection = False
+        protocol = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+        handler = type("Handler", (_ScriptedHandler,), {"hub": self, "protocol_version": protocol})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         scheme = "http"
         if tls:
@@ -54,6 +58,10 @@ class FakeHubForClientTest:
 class _ScriptedHandler(BaseHTTPRequestHandler):
     hub = None
 
+    def handle(self):
+        self.hub.connections += 1
+        super().handle()
+
     def do_GET(self):
         self._answer()
 
@@ -73,6 +81,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if self.hub.close_next_connection:  # as a hub's idle timeout does, without a word
+            self.hub.close_next_connection = False
+            self.close_connection = True
 
     def log_message(self, *args):
         pass
@@ -99,6 +110,49 @@ def test_it_sends_the_device_token_as_a_bearer_header(hub, client):
     method, path, headers, _ = hub.requests[0]
     assert (method, path) == ("GET", "/api/v1/device")
     assert headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_its_json_calls_keep_one_connection_and_open_another_once_the_hub_closed_it():
+    hub = FakeHubForClientTest(keep_alive=True)
+    try:
+        hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))
+        hub.answer("POST", "jobs/7/claim", (200, {"id": 7, "attempt": 1}))
+        client = HubClient(hub.url, TOKEN, timeout=5, retries=0)  # no second try to lean on
+        for _ in range(3):
+            assert client.whoami() == {"name": "local-cpu-1"}
+        assert hub.connections == 1
+        hub.close_next_connection = True
+        client.whoami()
+        time.sleep(0.1)  # the hub has closed it by now
+
+        assert client.claim(7, 1) == {"id": 7, "attempt": 1}  # on a new connection, sent once
+        assert hub.connections == 2 and len(hub.requests) == 5
+        assert hub.requests[-1][3] == b'{"attempt": 1}'
+        assert hub.requests[-1][2]["Content-Type"] == "application/json"
+    finally:
+        hub.close()
+
+
+def test_each_thread_calls_over_a_connection_of_its_own():
+    hub = FakeHubForClientTest(keep_alive=True)
+    try:
+        hub.answer("POST", "jobs/7/heartbeat", (200, {"cancel_requested": False}))
+        client = HubClient(hub.url, TOKEN, timeout=5)
+        answers = []
+
+        def beat():
+            answers.extend(client.job_heartbeat(7, 1, progress=0.5) for _ in range(25))
+
+        threads = [threading.Thread(target=beat) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+
+        assert answers == [{"cancel_requested": False}] * 50
+        assert hub.connections == 2
+    finally:
+        hub.close()
 
 
 def test_a_netrc_login_for_the_hubs_host_does_not_replace_the_device_token(

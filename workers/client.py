@@ -9,6 +9,7 @@ from pathlib import Path
 import requests
 
 from workers.errors import JobError
+from workers.kept import KeptConnections
 
 API_PREFIX = "/api/v1/"
 # Retried, after the hub's Retry-After if it says one: a hub restarting or its database away
@@ -68,6 +69,13 @@ class HubClient:
         self.session.proxies = requests.utils.get_environ_proxies(self.base_url)
         self.session.verify = _ca_bundle() or True
         self.session.trust_env = False
+        # Small JSON calls (claims, heartbeats, completions) go over a kept connection per
+        # thread (workers/kept.py), unless a proxy stands between: then requests takes them.
+        direct = requests.utils.select_proxy(self.base_url, self.session.proxies) is None
+        self.kept = None
+        if direct:
+            headers = {name: self.session.headers[name] for name in ("Authorization", "User-Agent")}
+            self.kept = KeptConnections(self.base_url, timeout, headers, _ca_bundle())
 
     def whoami(self):
         """Return the hub's description of this device."""
@@ -187,6 +195,8 @@ class HubClient:
         """Send one request; turn a timeout into a readable HubUnreachable."""
         url = self.base_url + API_PREFIX + path
         try:
+            if self.kept is not None and kwargs.keys() <= {"json", "params"}:
+                return self.kept.request(method, API_PREFIX + path, **kwargs)
             return self.session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.Timeout as error:
             if isinstance(error, requests.ConnectionError):
