@@ -6,9 +6,9 @@ settings every DeployHub process shares (send → task start, bench/bare_celery.
 prefork pool). Each side pushes its timestamps to a Redis list when it is done, and the
 bench waits on it (BLPOP): nothing polls the database while a message is on its way.
 The hub's time is split where it goes, from the timestamps the worker (bench/timed_worker.py)
-and the job row (sent_at, started_at) have. started_at is the database's time of the
-statement that takes the row (on PostgreSQL, the statement that authenticates the device
-too): the claim is counted until the database starts it, not from a stamp taken before.
+and the job row (sent_at, started_at) have. started_at is the database's clock as it
+takes the row (PostgreSQL's CLOCK_TIMESTAMP() in the statement that authenticates the device
+and takes the job): the claim counts its statement's parsing, planning and lookups.
 """
 
 import json
@@ -131,8 +131,8 @@ STAGES = [
     ("committed", "sent", "on-commit publish (send_task)"),
     ("sent", "task_started", "broker and the worker's pick-up"),
     ("task_started", "claim_sent", "the worker's task until it sends the claim"),
-    ("claim_sent", "claimed", "claim request until the statement that takes the row starts"),
-    ("claimed", "claim_answered", "that statement, the audit event, commit and answer"),
+    ("claim_sent", "claimed", "claim request until its statement takes the row"),
+    ("claimed", "claim_answered", "the statement's answer, the audit event, commit, answer"),
 ]
 
 

@@ -18,6 +18,11 @@ class Columns:
         fields = model._meta.concrete_fields
         self.fields = [field for field in fields if names is None or field.name in names]
         self.names = [field.attname for field in self.fields]
+        self.floats = [
+            index
+            for index, field in enumerate(self.fields)
+            if field.get_internal_type() == "FloatField"
+        ]
         self._converters = {}  # per database vendor
 
     def __len__(self):
@@ -37,6 +42,9 @@ class Columns:
         for index, column, converters in self.converters(connection):
             for convert in converters:
                 converted[index] = convert(converted[index], column, connection)
+        for index in self.floats:  # SQLite's RETURNING gives a REAL's whole number as an int
+            if converted[index] is not None:
+                converted[index] = float(converted[index])
         return converted
 
     def converters(self, connection):
@@ -55,10 +63,9 @@ class Columns:
 
 
 def split(row, *parts):
-    """Cut a row into the values of each part (a Columns, or 1 for a single value)."""
+    """Cut a row into the values of each part (a Columns), in order."""
     values, start = [], 0
     for part in parts:
-        width = part if isinstance(part, int) else len(part)
-        values.append(row[start : start + width])
-        start += width
+        values.append(row[start : start + len(part)])
+        start += len(part)
     return values

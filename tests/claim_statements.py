@@ -75,7 +75,8 @@ def observe():
     seen["lockout_elsewhere"] = Device.objects.by_token(token, address="192.0.2.8").token_lockout
 
     def take(job, attempt=1):
-        return Job.objects.take(job.pk, found, attempt, lease_expires_at=timezone.now() + LEASE)
+        lease = timezone.now() + LEASE
+        return Job.objects.take(job.pk, found, attempt, lease_expires_at=lease)
 
     job = Job.objects.create(team=team, kind=JobKind.NOOP, device_class=device_class, log="x")
     before = timezone.now()
@@ -98,29 +99,41 @@ def observe():
     full = Job.objects.create(**_job(team, device_class), log="y" * LOG_LIMIT)
     log = take(full).log
     seen["take"]["full_log"] = {"length": len(log), "tail": log[-60:], "limit": LOG_LIMIT}
+    seen["take"]["no_such_job"] = take(Job(pk=2**63)) is not None  # SQLite's integers end
     seen["for_token"] = _take_for_token(token, device, other_class)
     return seen
 
 
 def _take_for_token(token, device, other_class):
     """What the claim that authenticates its device too takes (PostgreSQL only)."""
-    from deployhub.devices.models import Device
-    from deployhub.jobs.models import Job
+    from deployhub.devices.models import Device, DeviceClass
+    from deployhub.jobs.models import Job, JobState
+    from deployhub.teams.models import Team
 
-    def take(job, address="192.0.2.9", token=token):
+    def take(job, address="192.0.2.9", token=token, attempt=1):
         lease = timezone.now() + LEASE
-        return Job.objects.take_for_token(job.pk, token, address, 1, lease_expires_at=lease)
+        return Job.objects.take_for_token(job.pk, token, address, attempt, lease_expires_at=lease)
 
-    queued = Job.objects.create(**_job(device.device_class.team, device.device_class))
+    team, device_class = device.device_class.team, device.device_class
+    queued = Job.objects.create(**_job(team, device_class))
+    running = Job.objects.create(**_job(team, device_class), state=JobState.RUNNING)
+    other_team = Team.objects.create(name=f"Other {team.slug}", slug=f"other-{team.slug}")
+    others = DeviceClass.objects.create(team=other_team, slug=f"x-{team.slug}", name="Theirs")
     seen = {
-        "locked_out": take(queued, address="192.0.2.7") is not None,
-        "unknown_token": take(queued, token="dht_" + "y" * 40) is not None,
-        "other_class": take(Job.objects.create(**_job(device.device_class.team, other_class)))
-        is not None,
+        "locked_out": take(queued, address="192.0.2.7"),
+        "unknown_token": take(queued, token="dht_" + "y" * 40),
+        "other_class": take(Job.objects.create(**_job(team, other_class))),
+        "stale_attempt": take(queued, attempt=2),
+        "not_queued": take(running),
+        "other_team": take(Job.objects.create(**_job(other_team, others))),
+        # A job whose team is not its class's: no row should be, and none is taken.
+        "team_not_the_classes": take(Job.objects.create(**_job(other_team, device_class))),
+        "no_such_job": take(Job(pk=2**63)),
     }
     Device.objects.filter(pk=device.pk).update(draining=True)
-    seen["draining"] = take(queued) is not None
+    seen["draining"] = take(queued)
     Device.objects.filter(pk=device.pk).update(draining=False)
+    seen = {refusal: taken is not None for refusal, taken in seen.items()}
     taken = take(queued)
     if taken is not None:
         job, found = taken

@@ -31,7 +31,8 @@ def check(seen, vendor):
     returned, stored = take["returned"], take["stored"]
     assert returned == stored  # what the claim answers is what the row holds
     assert stored["state"] == "running" and stored["device_id"] == ids["device"]
-    assert stored["message"] == "claimed by edge-1" and stored["progress"] == 0
+    assert stored["message"] == "claimed by edge-1"
+    assert returned["progress"] == 0 and isinstance(returned["progress"], float)
     assert stored["log"].startswith("x") and stored["log"].endswith(
         " hub: attempt 1 claimed by device edge-1\n"
     )
@@ -44,7 +45,7 @@ def check(seen, vendor):
     assert before + LEASE <= lease <= after + LEASE
     # Nothing taken twice, for a stale attempt or by another class's device.
     assert take["again"] is False and take["stale_attempt"] is False
-    assert take["other_class"] is False
+    assert take["other_class"] is False and take["no_such_job"] is False
     second = take["second_attempt"]
     assert second["attempt"] == 2 and second["state"] == "running"
     assert second["started_at"] == stored["started_at"]  # the first attempt's start stays
@@ -55,9 +56,8 @@ def check(seen, vendor):
 
     # Authenticated and taken in one statement: on PostgreSQL, and only when sure to be granted.
     for_token = seen["for_token"]
-    refusals = ("locked_out", "unknown_token", "other_class", "draining")
-    assert [name for name in refusals if for_token[name]] == []
-    taken = for_token["taken"]
+    taken = for_token.pop("taken")
+    assert [refusal for refusal, granted in for_token.items() if granted] == []
     if vendor != "postgresql":
         assert taken is None  # the caller authenticates, then takes
         return
@@ -92,3 +92,35 @@ def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
     seen = json.loads(result.stdout)
     check(seen["returning"], "sqlite")
     check(seen["no_returning"], "sqlite")
+
+
+@pytest.mark.django_db
+def test_a_claim_without_the_bearer_scheme_takes_nothing(client, demo_team, alice, make_device):
+    from deployhub.jobs.actions import submit_job
+    from deployhub.jobs.models import JobKind
+
+    device, token = make_device()
+    job = submit_job(
+        team=demo_team, kind=JobKind.NOOP, device_class=device.device_class, user=alice
+    )
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/claim",
+        json.dumps({"attempt": 1}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=token,  # the token alone: docs/protocol.md says "Bearer <token>"
+    )
+    assert response.status_code == 401 and "Bearer" in response.json()["error"]
+    job.refresh_from_db()
+    assert job.state == "queued" and job.device is None
+
+
+@pytest.mark.django_db
+def test_a_claim_with_a_made_up_token_is_refused_before_its_body_is_read(client, job):
+    body = json.dumps({"attempt": 1, "padding": "x" * 6_000_000})  # over the 5 MB read limit
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/claim",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Bearer dht_" + "z" * 43,
+    )
+    assert response.status_code == 401  # not 400 or 413: the token is checked first

@@ -63,12 +63,12 @@ def test_a_claim_the_long_way_reads_the_device_then_takes_the_job(
     client, demo_team, alice, device_class, make_device, django_capture_on_commit_callbacks
 ):
     """Any database but PostgreSQL (and a claim sure to be refused) goes this way."""
-    from deployhub.jobs.models import JobQuerySet
+    from deployhub.jobs.models import JobManager
 
     device, token = make_device()
     job = submit_job(team=demo_team, kind=JobKind.NOOP, device_class=device_class, user=alice)
     device.record_heartbeat()
-    with mock.patch.object(JobQuerySet, "take_for_token", return_value=None):
+    with mock.patch.object(JobManager, "take_for_token", return_value=None):
         with CaptureQueriesContext(connection) as queries:
             with django_capture_on_commit_callbacks(execute=True):
                 response = call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})

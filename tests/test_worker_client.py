@@ -169,10 +169,15 @@ def test_a_netrc_login_for_the_hubs_host_does_not_replace_the_device_token(
     assert hub.requests[0][2]["Authorization"] == f"Bearer {TOKEN}"
 
 
+def _without_proxies(monkeypatch):
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
 def test_it_reaches_the_hub_through_the_proxy_its_environment_names(hub, monkeypatch):
+    _without_proxies(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", hub.url)  # the stand-in is the proxy here
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
     client = HubClient("http://hub.example:8000", TOKEN, timeout=5, retries=0)
 
     with pytest.raises(HubError):  # the proxy has no route for it: 404
@@ -182,6 +187,7 @@ def test_it_reaches_the_hub_through_the_proxy_its_environment_names(hub, monkeyp
 
 
 def test_it_goes_straight_to_a_hub_its_environment_exempts_from_the_proxy(hub, monkeypatch):
+    _without_proxies(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))

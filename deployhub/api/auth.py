@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from deployhub import json_input
+from deployhub.devices.models import TOKEN_PREFIX as DEVICE_TOKEN_PREFIX
 from deployhub.devices.models import Device
 from deployhub.jobs.errors import JobConflict, WrongDevice
 from deployhub.jobs.models import Job
@@ -169,8 +170,33 @@ def field_length(model, name):
 
 
 def bearer(request):
-    """The token of the request's Authorization: Bearer header ('' when none)."""
-    return request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    """Return the token of the request's Authorization: Bearer header ('' when none)."""
+    header = request.headers.get("Authorization", "")
+    return header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+
+
+# A claim's body is {"attempt": N}: a bigger call goes through device_required.
+PLAIN_CALL_BYTES = 4096
+
+
+def plain_device_call(request):
+    """Return (token, address, body) of a plain device call, else None.
+
+    Plain: a Bearer device token and a small JSON body that device_required would accept.
+    A view may act on one before the device is read (a claim: api/protocol.py); any other
+    call goes through device_required, which checks the token before it reads the body.
+    """
+    token = bearer(request)
+    if not token.startswith(DEVICE_TOKEN_PREFIX) or request.content_type != "application/json":
+        return None
+    try:
+        if int(request.META.get("CONTENT_LENGTH") or 0) > PLAIN_CALL_BYTES:
+            return None
+        check_fields(request)
+        body = json_body(request, scrub=True)
+    except (ValueError, BadInput):
+        return None
+    return token, throttle.client_address(request), body
 
 
 def _locked_out(seconds):

@@ -9,8 +9,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deployhub.api.auth import (
     BadInput,
-    bearer,
-    check_fields,
     device_required,
     error,
     field_length,
@@ -18,6 +16,7 @@ from deployhub.api.auth import (
     json_body,
     json_object,
     number,
+    plain_device_call,
     text,
 )
 from deployhub.downloads import file_download
@@ -27,7 +26,6 @@ from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.teams.throttle import client_address
 
 
 def _attempt(data):
@@ -142,12 +140,14 @@ def claim(request, job_id):
 
 
 def _claim_in_one_statement(request, job_id):
+    if (call := plain_device_call(request)) is None:
+        return None
+    token, address, body = call
     try:
-        check_fields(request)
-        attempt = _attempt(json_body(request, scrub=True))
+        attempt = _attempt(body)
     except BadInput:
         return None  # said after the token is checked, as for any device call
-    taken = actions.claim_for_token(job_id, bearer(request), client_address(request), attempt)
+    taken = actions.claim_for_token(job_id, token, address, attempt)
     return None if taken is None else _claimed(*taken)
 
 

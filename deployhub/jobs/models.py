@@ -69,30 +69,31 @@ class JobQuerySet(models.QuerySet):
     def active(self):
         return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
 
-    def take(self, job_id, device, attempt, *, lease_expires_at):
-        """Take the job for the device in one statement when it can be claimed (queued, on
-        this attempt, of the device's class and team) and return it; None when it cannot.
 
-        Its start (kept from an earlier attempt) is the database's time of the statement:
-        the moment the row is taken. Every job's dispatch waits on this statement, and the
-        ORM took longer to compile it than the database to run it (deployhub/handwritten.py).
-        It reads the whole table, whatever this queryset filters.
+class JobManager(models.Manager.from_queryset(JobQuerySet)):
+    def take(self, job_id, device, attempt, *, lease_expires_at):
+        """Take the job for the device when it can be claimed (queued, on this attempt, of
+        the device's class and team), in one statement, and return it; else None.
+
+        Its start (kept from an earlier attempt) is the database's time of the moment the
+        row is taken. Every job's dispatch waits on this statement, and the ORM took longer
+        to compile it than the database to run it (deployhub/handwritten.py).
         """
-        return _claim_statement().take(connection, job_id, attempt, lease_expires_at, device)
+        return _claim_statement().take(connection, job_id, device, attempt, lease_expires_at)
 
     def take_for_token(self, job_id, token, address, attempt, *, lease_expires_at):
-        """On PostgreSQL, take the job for the device holding the token, in one statement
-        that authenticates it too, when the claim is sure to be granted: the device is not
-        draining, the caller's address is not locked out, and the job can be claimed (as
-        take()). Return (the job, the device with its class and team), or None: on any
-        other database, or when anything is amiss (the caller then authenticates, and
-        take() or its refusal says why)."""
-        if connection.vendor != "postgresql":  # only it returns the joined rows' columns
-            return None
-        if not token.startswith(TOKEN_PREFIX):  # no device's: nothing to ask the database
+        """Take the job for the device holding the token, in one statement that authenticates
+        it too, when the claim is sure to be granted; return (the job, the device), or None.
+
+        Sure to be granted: the device is not draining, the caller's address is not locked
+        out, and the job can be claimed as take() says. Only PostgreSQL returns the joined
+        rows' columns: elsewhere this is always None, and the caller authenticates the
+        device first, then calls take(), whose refusal says why.
+        """
+        if connection.vendor != "postgresql" or not token.startswith(TOKEN_PREFIX):
             return None
         return _claim_statement().take_for_token(
-            connection, job_id, hash_token(token), address, attempt, lease_expires_at
+            connection, job_id, token, address, attempt, lease_expires_at
         )
 
 
@@ -148,7 +149,7 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
-    objects = JobQuerySet.as_manager()
+    objects = JobManager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -197,25 +198,39 @@ def log_stamp(source="hub"):
 
 
 class _ClaimStatement:
-    """The UPDATE that takes a job for a device, in each database's words for now and for a
-    log's tail: for a device already authenticated (its id and name as parameters), or for
-    the device holding a token hash, whose row, class and team it returns with the job's."""
+    """The UPDATE that takes a job for a device, written once per database.
 
-    NOW = {"sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}  # Django's Now() there
-    TAIL = {"sqlite": "SUBSTR({}, -%s)"}
+    For a device already authenticated (its id and name are parameters), or for the device
+    holding a token hash, whose row, class and team come back with the job's (PostgreSQL).
+    The row's start is the database's clock as it takes the row; a full log keeps its tail.
+    """
+
+    NOW = {
+        "postgresql": "CLOCK_TIMESTAMP()",
+        "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')",
+    }
+    TAIL = {"postgresql": "RIGHT({}, %(limit)s)", "sqlite": "SUBSTR({}, -%(limit)s)"}
+    BIGGEST_ID = 2**63 - 1  # SQLite refuses a bigger integer outright; no job has one
 
     def __init__(self):
         self.job = Columns(Job, Job._meta.db_table)
         self.devices = token_lookup()
         self._sql = {}
 
-    def take(self, connection, job_id, attempt, lease_expires_at, device):
-        params = self._set_params(connection, attempt, lease_expires_at, device)
-        params += [device.device_class.team_id, device.device_class_id]
-        params += [job_id, attempt, JobState.QUEUED]
-        returning = connection.features.can_return_columns_from_insert  # SQLite 3.35+
+    def take(self, connection, job_id, device, attempt, lease_expires_at):
+        if not 0 < job_id <= self.BIGGEST_ID:
+            return None
+        # RETURNING is SQLite 3.35's: before, the row the statement took is read after it.
+        returning = connection.features.can_return_columns_from_insert
+        params = self._params(connection, job_id, attempt, lease_expires_at)
+        params.update(
+            device=device.pk,
+            name=device.name,
+            team=device.device_class.team_id,
+            device_class=device.device_class_id,
+        )
         with connection.cursor() as cursor:
-            cursor.execute(self._sql_for(connection, "device", returning), params)
+            cursor.execute(self.sql(connection, "device", returning), params)
             row = cursor.fetchone() if returning else cursor.rowcount or None
         if row is None:
             return None
@@ -223,12 +238,17 @@ class _ClaimStatement:
         job.device, job.device_class = device, device.device_class
         return job
 
-    def take_for_token(self, connection, job_id, token_hash, address, attempt, lease_expires_at):
-        params = self._set_params(connection, attempt, lease_expires_at, None)
-        now = connection.ops.adapt_datetimefield_value(timezone.now())
-        params += [token_hash, address, now, job_id, attempt, JobState.QUEUED]
+    def take_for_token(self, connection, job_id, token, address, attempt, lease_expires_at):
+        if not 0 < job_id <= self.BIGGEST_ID:
+            return None
+        params = self._params(connection, job_id, attempt, lease_expires_at)
+        params.update(
+            token_hash=hash_token(token),
+            address=address,
+            now=connection.ops.adapt_datetimefield_value(timezone.now()),
+        )
         with connection.cursor() as cursor:
-            cursor.execute(self._sql_for(connection, "token", True), params)
+            cursor.execute(self.sql(connection, "token", True), params)
             row = cursor.fetchone()
         if row is None:
             return None
@@ -237,51 +257,49 @@ class _ClaimStatement:
         job.device, job.device_class = device, device.device_class
         return job, device
 
-    def _set_params(self, connection, attempt, lease_expires_at, device):
-        """The SET clause's parameters; a device's id and name come from its row when None."""
-        name = [] if device is None else [device.name]
-        return [
-            JobState.RUNNING,
-            *([] if device is None else [device.pk]),
-            connection.ops.adapt_datetimefield_value(lease_expires_at),
-            "claimed by ",
-            *name,
-            f"{log_stamp()}attempt {attempt} claimed by device ",
-            *name,
-            "\n",
-            LOG_LIMIT,
-        ]
+    def _params(self, connection, job_id, attempt, lease_expires_at):
+        return {
+            "job": job_id,
+            "attempt": attempt,
+            "queued": JobState.QUEUED,
+            "running": JobState.RUNNING,
+            "lease": connection.ops.adapt_datetimefield_value(lease_expires_at),
+            "message": "claimed by ",
+            "log": f"{log_stamp()}attempt {attempt} claimed by device ",
+            "newline": "\n",
+            "limit": LOG_LIMIT,
+        }
 
-    def _sql_for(self, connection, by, returning):
+    def sql(self, connection, by, returning):
         key = (connection.vendor, by, returning)
         if key not in self._sql:
-            self._sql[key] = self._build(connection, by, returning)
+            self._sql[key] = self._written(connection, by, returning)
         return self._sql[key]
 
-    def _build(self, connection, by, returning):
-        table = connection.ops.quote_name(Job._meta.db_table)
-        now = self.NOW.get(connection.vendor, "STATEMENT_TIMESTAMP()")
-        device_id, name = ("%s", "%s") if by == "device" else ("d.id", "d.name")
-        log = f"{table}.log || %s || {name} || %s"
-        sql = (
-            f"UPDATE {table} SET state = %s, device_id = {device_id}, "
-            f"started_at = COALESCE({table}.started_at, {now}), lease_expires_at = %s, "
-            f"progress = 0, message = %s || {name}, "
-            f"log = {self.TAIL.get(connection.vendor, 'RIGHT({}, %s)').format(log)} "
-        )
+    def _written(self, connection, by, returning):
+        job = connection.ops.quote_name(Job._meta.db_table)
         if by == "device":
-            sql += f"WHERE {table}.team_id = %s AND {table}.device_class_id = %s "
+            device, name, source = "%(device)s", "%(name)s", ""
+            holder = f"{job}.team_id = %(team)s AND {job}.device_class_id = %(device_class)s"
         else:
-            sql += (
-                f"FROM {self.devices.tables(connection)} WHERE d.token_hash = %s "
-                f"AND NOT d.draining AND {self.devices.lockout_sql(connection)} IS NULL "
-                f"AND {table}.team_id = c.team_id AND {table}.device_class_id = d.device_class_id "
+            device, name, source = "d.id", "d.name", f"FROM {self.devices.tables(connection)}"
+            holder = (
+                f"d.token_hash = %(token_hash)s AND NOT d.draining "
+                f"AND {self.devices.lockout_sql(connection)} IS NULL "
+                f"AND {job}.team_id = c.team_id AND {job}.device_class_id = d.device_class_id"
             )
-        sql += f"AND {table}.id = %s AND {table}.attempt = %s AND {table}.state = %s"
+        tail = self.TAIL[connection.vendor].format(f"{job}.log || %(log)s || {name} || %(newline)s")
+        sql = (
+            f"UPDATE {job} SET state = %(running)s, device_id = {device}, "
+            f"started_at = COALESCE({job}.started_at, {self.NOW[connection.vendor]}), "
+            f"lease_expires_at = %(lease)s, progress = 0.0, message = %(message)s || {name}, "
+            f"log = {tail} {source} WHERE {holder} AND {job}.id = %(job)s "
+            f"AND {job}.attempt = %(attempt)s AND {job}.state = %(queued)s"
+        )
         if returning:
             sql += f" RETURNING {self.job.sql(connection)}"
-            if by == "token":
-                sql += f", {self.devices.columns_sql(connection)}"
+        if returning and by == "token":
+            sql += f", {self.devices.columns_sql(connection)}"
         return sql
 
 
