@@ -8,6 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 
 from workers.client import (
     Conflict,
@@ -17,6 +18,7 @@ from workers.client import (
     InputMismatch,
     Unauthorized,
 )
+from workers.kept import KeptConnections
 
 TOKEN = "device-token-123"
 MODEL_BYTES = b"not really onnx, but bytes all the same"
@@ -75,12 +77,14 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         responses = self.hub.script.get((self.command, self.path), [(404, {"error": "no route"})])
         status, payload, *headers = responses.pop(0) if len(responses) > 1 else responses[0]
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        headers = {"Content-Length": str(len(data)), **(headers[0] if headers else {})}
         self.send_response(status)
-        for name, value in (headers[0] if headers else {}).items():
+        for name, value in headers.items():
             self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if headers["Content-Length"] != str(len(data)):  # an answer cut short: hang up
+            self.close_connection = True
         if self.hub.close_next_connection:  # as a hub's idle timeout does, without a word
             self.hub.close_next_connection = False
             self.close_connection = True
@@ -112,12 +116,13 @@ def test_it_sends_the_device_token_as_a_bearer_header(hub, client):
     assert headers["Authorization"] == f"Bearer {TOKEN}"
 
 
-def test_its_json_calls_keep_one_connection_and_open_another_once_the_hub_closed_it():
+def test_its_json_calls_keep_one_connection_and_open_another_once_the_hub_closed_it(monkeypatch):
     hub = FakeHubForClientTest(keep_alive=True)
     try:
         hub.answer("GET", "device", (200, {"name": "local-cpu-1"}))
         hub.answer("POST", "jobs/7/claim", (200, {"id": 7, "attempt": 1}))
         client = HubClient(hub.url, TOKEN, timeout=5, retries=0)  # no second try to lean on
+        _no_requests(client, monkeypatch)
         for _ in range(3):
             assert client.whoami() == {"name": "local-cpu-1"}
         assert hub.connections == 1
@@ -133,11 +138,12 @@ def test_its_json_calls_keep_one_connection_and_open_another_once_the_hub_closed
         hub.close()
 
 
-def test_each_thread_calls_over_a_connection_of_its_own():
+def test_each_thread_calls_over_a_connection_of_its_own(monkeypatch):
     hub = FakeHubForClientTest(keep_alive=True)
     try:
         hub.answer("POST", "jobs/7/heartbeat", (200, {"cancel_requested": False}))
         client = HubClient(hub.url, TOKEN, timeout=5)
+        _no_requests(client, monkeypatch)
         answers = []
 
         def beat():
@@ -153,6 +159,54 @@ def test_each_thread_calls_over_a_connection_of_its_own():
         assert hub.connections == 2
     finally:
         hub.close()
+
+
+def _no_requests(client, monkeypatch):
+    """Fail any call that goes through requests: these must take the kept connection."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a JSON call went through requests")
+
+    monkeypatch.setattr(client.session, "request", refuse)
+
+
+def test_it_follows_a_redirect_of_a_json_call_as_requests_did(hub, client):
+    moved = {"Location": f"{hub.url}/api/v1/device-moved"}
+    hub.answer("GET", "device", (308, b"", moved))  # an http:// hub URL behind HTTPS, say
+    hub.answer("GET", "device-moved", (200, {"name": "local-cpu-1"}))
+    hub.answer("POST", "device/heartbeat", (308, b"", {"Location": f"{hub.url}/api/v1/beat"}))
+    hub.answer("POST", "beat", (200, {"state": "online"}))
+
+    assert client.whoami() == {"name": "local-cpu-1"}
+    assert client.heartbeat() == {"state": "online"}
+    assert hub.requests[-1][:2] == ("POST", "/api/v1/beat") and hub.requests[-1][3] == b"{}"
+
+
+def test_it_calls_an_ipv6_hub_without_a_port_on_the_schemes_port():
+    for url, port in (("http://[::1]", 80), ("https://[fe80::abcd]", 443)):
+        connection = KeptConnections(url, 5, {})._connection()
+        assert (connection.host, connection.port) == (url.split("[")[1].rstrip("]"), port)
+
+
+def test_a_call_whose_answer_is_cut_short_is_not_sent_again(hub, client):
+    hub.answer("POST", "jobs/7/claim", (200, b'{"id": 7', {"Content-Length": "100"}))
+
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        client.claim(7, 1)
+
+    assert len(hub.requests) == 1  # the hub may have claimed it: a second claim would be refused
+
+
+def test_it_refuses_to_send_a_number_json_has_no_word_for(hub, client):
+    with pytest.raises(requests.exceptions.InvalidJSONError):
+        client.complete(7, 1, "succeeded", result={"mean_ms": float("nan")})
+    assert hub.requests == []
+
+
+def test_a_ca_bundle_that_is_not_there_is_named_when_the_client_starts(monkeypatch):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/no/such/bundle.pem")
+    with pytest.raises(OSError, match="/no/such/bundle.pem"):
+        HubClient("https://hub.example", TOKEN)
 
 
 def test_a_netrc_login_for_the_hubs_host_does_not_replace_the_device_token(
@@ -203,7 +257,9 @@ def test_it_trusts_the_ca_bundle_its_environment_names(tmp_path, monkeypatch):
         with pytest.raises(HubUnreachable, match="certificate"):  # not trusted by default
             HubClient(hub.url, TOKEN, timeout=5, retries=0).whoami()
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(certificate[0]))
-        assert HubClient(hub.url, TOKEN, timeout=5).whoami() == {"name": "local-cpu-1"}
+        trusting = HubClient(hub.url, TOKEN, timeout=5)
+        _no_requests(trusting, monkeypatch)  # over the kept connection, verified
+        assert [trusting.whoami() for _ in range(2)] == [{"name": "local-cpu-1"}] * 2
     finally:
         hub.close()
 

@@ -196,7 +196,10 @@ class HubClient:
         url = self.base_url + API_PREFIX + path
         try:
             if self.kept is not None and kwargs.keys() <= {"json", "params"}:
-                return self.kept.request(method, API_PREFIX + path, **kwargs)
+                answer = self.kept.request(method, API_PREFIX + path, **kwargs)
+                if not 300 <= answer.status_code < 400:
+                    return answer
+                # A redirect (an http:// hub URL behind HTTPS): requests follows it, as before.
             return self.session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.Timeout as error:
             if isinstance(error, requests.ConnectionError):

@@ -12,13 +12,13 @@ them as it does for requests' calls.
 
 import http.client
 import os
-import select
 import ssl
 import threading
 from json import dumps, loads
 from urllib.parse import urlencode, urlsplit
 
 import requests
+from urllib3.util.wait import wait_for_read
 
 
 class Answer:
@@ -47,7 +47,8 @@ class KeptConnections:
     def __init__(self, base_url, timeout, headers, ca_bundle=None):
         parts = urlsplit(base_url)
         self.https = parts.scheme == "https"
-        self.host, self.port = parts.hostname, parts.port
+        # http.client reads a port from a host without one: an IPv6 address's last group.
+        self.host, self.port = parts.hostname, parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
         self.headers = dict(headers)
@@ -60,26 +61,23 @@ class KeptConnections:
         headers = dict(self.headers)
         body = None
         if json is not None:
-            body = dumps(json).encode()
+            try:
+                body = dumps(json, allow_nan=False).encode()  # as requests: NaN is not JSON
+            except ValueError as error:
+                raise requests.exceptions.InvalidJSONError(str(error)) from error
             headers["Content-Type"] = "application/json"
         connection = self._connection()
+        connecting = connection.sock is None
         try:
-            if connection.sock is None:
+            if connecting:
                 connection.connect()
-        except TimeoutError as error:  # as requests says it: a connection error, retried
-            raise requests.ConnectTimeout(str(error)) from error
-        except OSError as error:
-            raise requests.ConnectionError(f"{type(error).__name__}: {error}") from error
-        try:
+                connecting = False
             connection.request(method, target, body=body, headers=headers)
             response = connection.getresponse()
             content = response.read()
-        except TimeoutError as error:
-            connection.close()
-            raise requests.Timeout(str(error)) from error
-        except (OSError, http.client.HTTPException) as error:
-            connection.close()
-            raise requests.ConnectionError(f"{type(error).__name__}: {error}") from error
+        except BaseException as error:
+            connection.close()  # never reused with half a call on it
+            raise _as_requests_error(error, connecting) from error
         if response.will_close:
             connection.close()
         return Answer(response, content)
@@ -99,20 +97,33 @@ class KeptConnections:
         return connection
 
 
+def _as_requests_error(error, connecting):
+    """The error requests raised for this one, which the client retries and words alike."""
+    if isinstance(error, http.client.IncompleteRead):  # answered: a retry would run it twice
+        return requests.exceptions.ChunkedEncodingError(f"IncompleteRead: {error}")
+    if isinstance(error, TimeoutError):
+        timeout = requests.ConnectTimeout if connecting else requests.Timeout  # the first: retried
+        return timeout(str(error))
+    if isinstance(error, (OSError, http.client.HTTPException)):
+        return requests.ConnectionError(f"{type(error).__name__}: {error}")
+    return error
+
+
 def _dropped(connection):
     """Tell whether the hub closed the kept connection (it is readable while idle)."""
     if connection.sock is None:
         return False
     try:
-        readable, _, _ = select.select([connection.sock], [], [], 0)
-    except (OSError, ValueError):
+        return wait_for_read(connection.sock, timeout=0)
+    except OSError:
         return True
-    return bool(readable)
 
 
 def _tls_context(ca_bundle):
     """Verify the hub as requests does: the bundle the environment names, else certifi's."""
     where = ca_bundle or requests.certs.where()
+    if not os.path.exists(where):
+        raise OSError(f"Could not find a suitable TLS CA certificate bundle, invalid path: {where}")
     if os.path.isdir(where):
         return ssl.create_default_context(capath=where)
     return ssl.create_default_context(cafile=where)
