@@ -81,12 +81,17 @@ def _locked(job_id, device=None):
     return job
 
 
-def check_holder(job, device, attempt):
-    """Refuse a device that is not running the current attempt of the job."""
+def _check_attempt(job, device, attempt):
+    """Refuse a device of another class, or an attempt that is not the job's current one."""
     if job.device_class_id != device.device_class_id:
         raise WrongDevice("This job belongs to another device class.")
     if attempt != job.attempt:
         raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+
+
+def check_holder(job, device, attempt):
+    """Refuse a device that is not running the current attempt of the job."""
+    _check_attempt(job, device, attempt)
     if job.device_id != device.pk:
         raise WrongDevice("This job is held by another device.")
 
@@ -149,10 +154,7 @@ def _record_claim(job, device, attempt):
 
 def _refuse_claim(job, device, attempt):
     """Raise why the device may not claim this attempt of the job (nothing: it may)."""
-    if job.device_class_id != device.device_class_id:
-        raise WrongDevice("This job belongs to another device class.")
-    if attempt != job.attempt:
-        raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+    _check_attempt(job, device, attempt)
     if job.state != JobState.QUEUED:
         raise JobConflict(f"The job is {job.state}; it cannot be claimed.")
 
