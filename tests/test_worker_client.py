@@ -1,8 +1,11 @@
 """The worker's HTTP client against a tiny hub stand-in speaking docs/protocol.md."""
 
 import hashlib
+import io
 import json
+import socket
 import ssl
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +26,7 @@ from workers.kept import KeptConnections
 TOKEN = "device-token-123"
 MODEL_BYTES = b"not really onnx, but bytes all the same"
 MODEL_SHA256 = hashlib.sha256(MODEL_BYTES).hexdigest()
+LINGER_NOT = struct.pack("ii", 1, 0)  # close with a reset
 
 
 class FakeHubForClientTest:
@@ -84,6 +88,13 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         if headers["Content-Length"] != str(len(data)):  # an answer cut short: hang up
+            if headers.get("X-Then") == "reset":  # with a reset, before any orderly close
+                self.wfile.flush()
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_NOT)
+                self.wfile.close()
+                self.rfile.close()
+                self.connection.close()
+                self.wfile = io.BytesIO()  # for the handler's last flush
             self.close_connection = True
         if self.hub.close_next_connection:  # as a hub's idle timeout does, without a word
             self.hub.close_next_connection = False
@@ -188,13 +199,27 @@ def test_it_calls_an_ipv6_hub_without_a_port_on_the_schemes_port():
         assert (connection.host, connection.port) == (url.split("[")[1].rstrip("]"), port)
 
 
-def test_a_call_whose_answer_is_cut_short_is_not_sent_again(hub, client):
-    hub.answer("POST", "jobs/7/claim", (200, b'{"id": 7', {"Content-Length": "100"}))
+@pytest.mark.parametrize("then", ["close", "reset"])
+def test_a_call_whose_answer_is_cut_short_is_not_sent_again(hub, client, then):
+    cut = {"Content-Length": "100", "X-Then": then}
+    hub.answer("POST", "jobs/7/claim", (200, b'{"id": 7, "kind": "bench', cut))
 
     with pytest.raises(requests.exceptions.ChunkedEncodingError):
         client.claim(7, 1)
 
-    assert len(hub.requests) == 1  # the hub may have claimed it: a second claim would be refused
+    assert len(hub.requests) == 1  # the hub claimed it: a second claim would be refused
+
+
+def test_a_redirect_that_would_turn_a_call_into_a_get_names_where_the_hub_went(hub, client):
+    moved = {"Location": "https://hub.example/api/v1/device/heartbeat"}
+    hub.answer("POST", "device/heartbeat", (301, b"", moved))  # the hub's own SSL redirect
+    hub.answer("GET", "device", (302, b"", {"Location": f"{hub.url}/api/v1/device-moved"}))
+    hub.answer("GET", "device-moved", (200, {"name": "local-cpu-1"}))
+
+    with pytest.raises(HubError, match="moved to https://hub.example/.*DEPLOYHUB_HUB_URL"):
+        client.heartbeat()
+    assert len(hub.requests) == 1  # not sent again as a GET
+    assert client.whoami() == {"name": "local-cpu-1"}  # a GET follows it, as it did
 
 
 def test_it_refuses_to_send_a_number_json_has_no_word_for(hub, client):
@@ -476,6 +501,15 @@ def test_it_refuses_to_start_the_worker_without_hub_or_token(monkeypatch, capsys
 
     assert main(["run", "--hub", "http://127.0.0.1:9"]) == 2
     assert "--token are required" in capsys.readouterr().err
+
+
+def test_a_worker_whose_ca_bundle_is_not_there_says_so_and_stops(monkeypatch, capsys):
+    from workers.cli import main
+
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/no/such/bundle.pem")
+
+    assert main(["run", "--hub", "https://hub.example", "--token", "dht_x"]) == 2
+    assert "/no/such/bundle.pem" in capsys.readouterr().err
 
 
 def test_it_stops_the_worker_when_the_hub_refuses_its_token(hub, capsys):

@@ -84,7 +84,11 @@ def _hub_client(args):
     if not args.hub or not token:
         _say(TOKEN_REQUIRED)
         return None
-    return HubClient(args.hub, token)
+    try:
+        return HubClient(args.hub, token)
+    except OSError as error:  # a CA bundle the environment names that is not there
+        _say(f"cannot talk to the hub at {args.hub}: {error}")
+        return None
 
 
 def _token(args):

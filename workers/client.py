@@ -199,13 +199,22 @@ class HubClient:
                 answer = self.kept.request(method, API_PREFIX + path, **kwargs)
                 if not 300 <= answer.status_code < 400:
                     return answer
-                # A redirect (an http:// hub URL behind HTTPS): requests follows it, as before.
+                if method != "GET" and answer.status_code not in (307, 308):
+                    raise _moved(answer, f"{method} {path}")
+                # requests follows the rest, as it did (a proxy's 308 to https, say).
             return self.session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.Timeout as error:
             if isinstance(error, requests.ConnectionError):
                 raise
             message = f"the hub at {self.base_url} did not answer within {self.timeout} s"
             raise HubUnreachable(message, f"{method} {path}") from error
+
+
+def _moved(answer, request):
+    """The error of a redirect that would turn a call into a GET (the hub's own, to https)."""
+    where = answer.headers.get("Location") or "another address"
+    message = f"the hub moved to {where}: point the worker there (--hub, DEPLOYHUB_HUB_URL)"
+    return HubError(answer.status_code, message, request)
 
 
 def _ca_bundle():

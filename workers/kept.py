@@ -67,17 +67,21 @@ class KeptConnections:
                 raise requests.exceptions.InvalidJSONError(str(error)) from error
             headers["Content-Type"] = "application/json"
         connection = self._connection()
-        connecting = connection.sock is None
+        stage = "connecting" if connection.sock is None else "sending"
         try:
-            if connecting:
+            if stage == "connecting":
                 connection.connect()
-                connecting = False
+                stage = "sending"
             connection.request(method, target, body=body, headers=headers)
             response = connection.getresponse()
+            stage = "answered"
             content = response.read()
         except BaseException as error:
             connection.close()  # never reused with half a call on it
-            raise _as_requests_error(error, connecting) from error
+            mapped = _as_requests_error(error, stage)
+            if mapped is error:
+                raise
+            raise mapped from error
         if response.will_close:
             connection.close()
         return Answer(response, content)
@@ -97,16 +101,20 @@ class KeptConnections:
         return connection
 
 
-def _as_requests_error(error, connecting):
-    """The error requests raised for this one, which the client retries and words alike."""
-    if isinstance(error, http.client.IncompleteRead):  # answered: a retry would run it twice
-        return requests.exceptions.ChunkedEncodingError(f"IncompleteRead: {error}")
+def _as_requests_error(error, stage):
+    """The error requests raised for this one, which the client retries and words alike.
+
+    Once the hub has answered, the call was acted on: an answer cut short (a reset, a
+    short body) is not a connection error, which the client would send again.
+    """
+    if not isinstance(error, (OSError, http.client.HTTPException)):
+        return error  # KeyboardInterrupt and the like, as they are
+    if stage == "answered":
+        return requests.exceptions.ChunkedEncodingError(f"{type(error).__name__}: {error}")
     if isinstance(error, TimeoutError):
-        timeout = requests.ConnectTimeout if connecting else requests.Timeout  # the first: retried
-        return timeout(str(error))
-    if isinstance(error, (OSError, http.client.HTTPException)):
-        return requests.ConnectionError(f"{type(error).__name__}: {error}")
-    return error
+        timeout = requests.ConnectTimeout if stage == "connecting" else requests.Timeout
+        return timeout(str(error))  # the first is a connection error: retried
+    return requests.ConnectionError(f"{type(error).__name__}: {error}")
 
 
 def _dropped(connection):
