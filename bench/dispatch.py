@@ -8,7 +8,8 @@ bench waits on it (BLPOP): nothing polls the database while a message is on its 
 The hub's time is split where it goes, from the timestamps the worker (bench/timed_worker.py)
 and the job row (sent_at, started_at) have. started_at is the database's clock as it
 takes the row (PostgreSQL's CLOCK_TIMESTAMP() in the statement that authenticates the device
-and takes the job): the claim counts its statement's parsing, planning and lookups.
+and takes the job): the claim counts its statement's run and lookups, and its parsing and
+planning where it is not yet prepared on the connection (DATABASE_PREPARED_STATEMENTS).
 """
 
 import json

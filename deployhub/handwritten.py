@@ -5,8 +5,11 @@ device, its class, its team and the caller's token lockout) took 1.6 ms of CPU t
 compile and 0.2 ms to run. Those statements are written once, from the models' own
 tables and columns, and their rows become instances with the conversions the ORM
 applies (JSON text, SQLite's datetimes and booleans), so a model's new field needs no
-change here.
+change here. The statement every job's dispatch waits on is also prepared on PostgreSQL
+(prepared_cursor): planning it took longer than running it.
 """
+
+import functools
 
 
 class Columns:
@@ -69,3 +72,35 @@ def split(row, *parts):
         values.append(row[start : start + len(part)])
         start += len(part)
     return values
+
+
+def prepared_cursor(connection):
+    """A cursor whose statements PostgreSQL parses and plans once per connection, then runs
+    as prepared statements: a claim's planning was 0.2 to 0.5 ms, its run 0.1 ms.
+
+    Wrapped as connection.cursor() is: its errors are Django's (a database that is down
+    is a 503). Where statements are not prepared (SQLite; DATABASE_PREPARED_STATEMENTS=false,
+    which sets no prepare_threshold: deployhub/settings.py), and while queries are logged
+    (DEBUG, or a test counting them: the log shows a statement with its values only as
+    Django binds it), this is connection.cursor().
+    """
+    options = connection.settings_dict["OPTIONS"]
+    prepared = connection.vendor == "postgresql" and options.get("prepare_threshold") is not None
+    if not prepared or connection.queries_logged:
+        return connection.cursor()
+    connection.ensure_connection()
+    return connection.make_cursor(_preparing_cursor()(connection.connection))
+
+
+@functools.cache
+def _preparing_cursor():
+    """Django's cursor for server-side binding, asking psycopg to prepare each statement.
+    Django's own cursors bind on the client and never prepare (made here: psycopg is
+    imported only where PostgreSQL is used)."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparingCursor(ServerBindingCursor):
+        def execute(self, query, params=None, *, prepare=True, binary=None):
+            return super().execute(query, params, prepare=prepare, binary=binary)
+
+    return PreparingCursor

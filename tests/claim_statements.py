@@ -115,6 +115,7 @@ def _take_for_token(token, device, other_class):
         return Job.objects.take_for_token(job.pk, token, address, attempt, lease_expires_at=lease)
 
     team, device_class = device.device_class.team, device.device_class
+    runs_before = prepared_runs()
     queued = Job.objects.create(**_job(team, device_class))
     running = Job.objects.create(**_job(team, device_class), state=JobState.RUNNING)
     other_team = Team.objects.create(name=f"Other {team.slug}", slug=f"other-{team.slug}")
@@ -145,7 +146,24 @@ def _take_for_token(token, device, other_class):
             "orm": [fields(stored), fields(stored.device_class), fields(stored.device_class.team)],
         }
     seen["taken"] = taken
+    # Nine statements ran (the job of 2**63 is refused before any); prepared, on PostgreSQL.
+    seen["prepared_runs"] = None if runs_before is None else prepared_runs() - runs_before
     return seen
+
+
+def prepared_runs():
+    """How many times this connection ran a claim as a prepared statement (PostgreSQL's
+    pg_prepared_statements); None on another database."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(SUM(generic_plans + custom_plans), 0) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'UPDATE \"jobs_job\" SET %%'"
+        )
+        return int(cursor.fetchone()[0])
 
 
 def _job(team, device_class):

@@ -57,10 +57,14 @@ def check(seen, vendor):
     # Authenticated and taken in one statement: on PostgreSQL, and only when sure to be granted.
     for_token = seen["for_token"]
     taken = for_token.pop("taken")
+    prepared = for_token.pop("prepared_runs")
     assert [refusal for refusal, granted in for_token.items() if granted] == []
     if vendor != "postgresql":
         assert taken is None  # the caller authenticates, then takes
+        assert prepared is None
         return
+    # Planned once on this connection, then run prepared: a refusal's run counts too.
+    assert prepared == 9
     assert taken["returned"] == taken["stored"] and taken["device"] == taken["orm"]
     stored = taken["stored"]
     assert stored["state"] == "running" and stored["device_id"] == ids["device"]
@@ -124,3 +128,65 @@ def test_a_claim_with_a_made_up_token_is_refused_before_its_body_is_read(client,
         HTTP_AUTHORIZATION="Bearer dht_" + "z" * 43,
     )
     assert response.status_code == 401  # not 400 or 413: the token is checked first
+
+
+def database_options(**env):
+    """The database OPTIONS deployhub/settings.py gives for this environment."""
+    code = "from django.conf import settings; print(json.dumps(settings.DATABASES['default']))"
+    result = subprocess.run(
+        [sys.executable, "-c", f"import json, django; django.setup(); {code}"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "deployhub.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout).get("OPTIONS", {})
+
+
+def test_only_postgresql_prepares_and_an_operator_can_turn_it_off(tmp_path):
+    postgres = "postgres://deployhub@db.example:5432/deployhub"
+    assert database_options(DATABASE_URL=postgres)["prepare_threshold"] > 0
+    # Behind a PgBouncer older than 1.21 in transaction pooling mode (README).
+    off = database_options(DATABASE_URL=postgres, DATABASE_PREPARED_STATEMENTS="false")
+    assert "prepare_threshold" not in off
+    sqlite = database_options(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'hub.sqlite3'}", DEPLOYHUB_VAR_DIR=str(tmp_path)
+    )
+    assert "prepare_threshold" not in sqlite
+
+
+@pytest.mark.django_db
+def test_with_prepared_statements_off_a_claim_is_granted_and_nothing_is_prepared(
+    demo_team, make_device
+):
+    from django.db import connection
+
+    from deployhub.jobs.models import Job, JobKind
+    from tests.claim_statements import prepared_runs
+
+    device, token = make_device()
+    job = Job.objects.create(team=demo_team, kind=JobKind.NOOP, device_class=device.device_class)
+    options = connection.settings_dict["OPTIONS"]
+    threshold = options.pop("prepare_threshold")  # as DATABASE_PREPARED_STATEMENTS=false sets
+    try:
+        runs = prepared_runs()
+        lease = datetime.now().astimezone() + LEASE
+        taken = Job.objects.take_for_token(job.pk, token, "192.0.2.10", 1, lease_expires_at=lease)
+        assert prepared_runs() == runs
+    finally:
+        options["prepare_threshold"] = threshold
+    claimed, by = taken
+    assert claimed.state == "running" and by.pk == device.pk
+
+
+@pytest.mark.django_db
+def test_a_prepared_statements_database_error_is_djangos_so_an_outage_is_a_503():
+    from django.db import ProgrammingError, connection
+
+    from deployhub.handwritten import prepared_cursor
+
+    with pytest.raises(ProgrammingError, match="no_such_table"):
+        with prepared_cursor(connection) as cursor:
+            cursor.execute("SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})

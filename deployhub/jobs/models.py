@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from deployhub.choices import ChoiceSet
 from deployhub.devices.models import TOKEN_PREFIX, hash_token, token_lookup
-from deployhub.handwritten import Columns
+from deployhub.handwritten import Columns, prepared_cursor
 from workers import kinds
 
 LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
@@ -88,7 +88,8 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):
         Sure to be granted: the device is not draining, the caller's address is not locked
         out, and the job can be claimed as take() says. Only PostgreSQL returns the joined
         rows' columns: elsewhere this is always None, and the caller authenticates the
-        device first, then calls take(), whose refusal says why.
+        device first, then calls take(), whose refusal says why. There it runs as a prepared
+        statement (deployhub/handwritten.py): PostgreSQL took longer to plan it than to run it.
         """
         if connection.vendor != "postgresql" or not token.startswith(TOKEN_PREFIX):
             return None
@@ -247,7 +248,7 @@ class _ClaimStatement:
             address=address,
             now=connection.ops.adapt_datetimefield_value(timezone.now()),
         )
-        with connection.cursor() as cursor:
+        with prepared_cursor(connection) as cursor:
             cursor.execute(self.sql(connection, "token", True), params)
             row = cursor.fetchone()
         if row is None:
