@@ -11,6 +11,8 @@ change here. The statement every job's dispatch waits on is also prepared on Pos
 
 import functools
 
+from django.conf import settings
+
 
 class Columns:
     """A model's concrete columns (or those named) under a table alias: their SQL, and a
@@ -75,32 +77,43 @@ def split(row, *parts):
 
 
 def prepared_cursor(connection):
-    """A cursor whose statements PostgreSQL parses and plans once per connection, then runs
-    as prepared statements: a claim's planning was 0.2 to 0.5 ms, its run 0.1 ms.
+    """A cursor whose statements run as PostgreSQL prepared statements on this connection:
+    parsed once, and planned once from their sixth run (PostgreSQL's generic plan). A
+    claim's parsing and planning took 0.2 to 0.5 ms, its run 0.1 ms.
 
-    Wrapped as connection.cursor() is: its errors are Django's (a database that is down
-    is a 503). Where statements are not prepared (SQLite; DATABASE_PREPARED_STATEMENTS=false,
-    which sets no prepare_threshold: deployhub/settings.py), and while queries are logged
-    (DEBUG, or a test counting them: the log shows a statement with its values only as
-    Django binds it), this is connection.cursor().
+    Made and wrapped as Django makes its own: the connection's health check, its errors
+    are Django's (a database that is down is a 503). Where statements are not prepared
+    (SQLite; DATABASE_PREPARED_STATEMENTS=false), and while queries are logged (DEBUG, or
+    a test counting them: the log shows a statement with its values only as Django binds
+    it), this is connection.cursor().
     """
-    options = connection.settings_dict["OPTIONS"]
-    prepared = connection.vendor == "postgresql" and options.get("prepare_threshold") is not None
+    prepared = connection.vendor == "postgresql" and settings.DEPLOYHUB_PREPARED_STATEMENTS
     if not prepared or connection.queries_logged:
         return connection.cursor()
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
     return connection.make_cursor(_preparing_cursor()(connection.connection))
 
 
 @functools.cache
 def _preparing_cursor():
-    """Django's cursor for server-side binding, asking psycopg to prepare each statement.
-    Django's own cursors bind on the client and never prepare (made here: psycopg is
-    imported only where PostgreSQL is used)."""
+    """Django's cursor for server-side binding, whose statements psycopg prepares.
+
+    Only while one of its statements runs does the connection prepare: Django's connections
+    have no prepare_threshold, and with one psycopg would keep count of every other query
+    too, keyed by its text (Django binds on the client, so a job's whole log is in its
+    UPDATE's text: 20 MB a connection). Made here: psycopg is imported only where
+    PostgreSQL is used.
+    """
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     class PreparingCursor(ServerBindingCursor):
-        def execute(self, query, params=None, *, prepare=True, binary=None):
-            return super().execute(query, params, prepare=prepare, binary=binary)
+        def execute(self, query, params=None, *, binary=None):
+            self.connection.prepare_threshold = 0
+            try:
+                return super().execute(query, params, prepare=True, binary=binary)
+            finally:
+                self.connection.prepare_threshold = None
 
     return PreparingCursor

@@ -183,16 +183,13 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     if (database_file := Path(DATABASES["default"]["NAME"])).is_absolute():
         # Made here for its user only: SQLite gives its -wal and -shm files the same mode.
         _private_file(database_file)
-elif DATABASES["default"]["ENGINE"].endswith("postgresql") and env_bool(
-    "DATABASE_PREPARED_STATEMENTS", True
-):
-    # The claim every job's dispatch waits on runs as a prepared statement, planned once per
-    # connection (deployhub/handwritten.py): its planning took longer than its run. Only the
-    # statements that ask are prepared (Django's own bind on the client and never are); a
-    # threshold this high keeps psycopg from preparing others should server-side binding be
-    # turned on. Behind PgBouncer in transaction pooling mode, PgBouncer 1.21 or later with
-    # max_prepared_statements set carries them; an older one needs this turned off.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 2**31 - 1)
+# PostgreSQL: the claim every job's dispatch waits on runs as a prepared statement, parsed once
+# per connection and planned once from its sixth run (deployhub/handwritten.py): planning it
+# took longer than running it. Django's own queries are never prepared. Behind PgBouncer in
+# transaction pooling mode, PgBouncer 1.22 or later with max_prepared_statements set carries
+# it (psycopg sends DEALLOCATE ALL after a rollback, which 1.21 does not handle); turn it off
+# behind an older one.
+DEPLOYHUB_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

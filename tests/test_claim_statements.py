@@ -130,9 +130,13 @@ def test_a_claim_with_a_made_up_token_is_refused_before_its_body_is_read(client,
     assert response.status_code == 401  # not 400 or 413: the token is checked first
 
 
-def database_options(**env):
-    """The database OPTIONS deployhub/settings.py gives for this environment."""
-    code = "from django.conf import settings; print(json.dumps(settings.DATABASES['default']))"
+def hub_settings(**env):
+    """Whether deployhub/settings.py prepares statements in this environment, and the
+    database OPTIONS it gives psycopg."""
+    code = (
+        "from django.conf import settings as s; print(json.dumps({'prepared': "
+        "s.DEPLOYHUB_PREPARED_STATEMENTS, 'options': s.DATABASES['default']['OPTIONS']}))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", f"import json, django; django.setup(); {code}"],
         cwd=ROOT,
@@ -142,41 +146,55 @@ def database_options(**env):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout).get("OPTIONS", {})
+    return json.loads(result.stdout)
 
 
-def test_only_postgresql_prepares_and_an_operator_can_turn_it_off(tmp_path):
+def test_an_operator_can_turn_prepared_statements_off():
     postgres = "postgres://deployhub@db.example:5432/deployhub"
-    assert database_options(DATABASE_URL=postgres)["prepare_threshold"] > 0
-    # Behind a PgBouncer older than 1.21 in transaction pooling mode (README).
-    off = database_options(DATABASE_URL=postgres, DATABASE_PREPARED_STATEMENTS="false")
-    assert "prepare_threshold" not in off
-    sqlite = database_options(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'hub.sqlite3'}", DEPLOYHUB_VAR_DIR=str(tmp_path)
-    )
-    assert "prepare_threshold" not in sqlite
+    assert hub_settings(DATABASE_URL=postgres)["prepared"] is True
+    # Behind a PgBouncer older than 1.22 in transaction pooling mode (README).
+    assert hub_settings(DATABASE_URL=postgres, DATABASE_PREPARED_STATEMENTS="false") == {
+        "prepared": False,
+        "options": {},  # and psycopg is never asked to prepare: no prepare_threshold
+    }
+
+
+@pytest.mark.django_db
+def test_django_s_own_queries_are_neither_prepared_nor_counted(demo_team, make_device):
+    from django.db import connection
+
+    from deployhub.jobs.models import Job, JobKind
+
+    device, token = make_device()
+    job = Job.objects.create(team=demo_team, kind=JobKind.NOOP, device_class=device.device_class)
+    lease = datetime.now().astimezone() + LEASE
+    assert Job.objects.take_for_token(job.pk, token, "192.0.2.11", 1, lease_expires_at=lease)
+    for _ in range(8):  # more than psycopg's threshold of 5, had the connection one
+        Job.objects.filter(pk=job.pk).update(log="x" * 1000)
+        list(Job.objects.filter(pk=job.pk))
+    psycopg = connection.connection
+    # psycopg keeps a count of each query's text where prepare_threshold is set: with
+    # Django's values in the text, that was a job's whole log in each of 100 keys.
+    assert psycopg.prepare_threshold is None
+    assert psycopg._prepared._counts == {} and len(psycopg._prepared._names) == 1  # the claim
 
 
 @pytest.mark.django_db
 def test_with_prepared_statements_off_a_claim_is_granted_and_nothing_is_prepared(
     demo_team, make_device
 ):
-    from django.db import connection
+    from django.test import override_settings
 
     from deployhub.jobs.models import Job, JobKind
     from tests.claim_statements import prepared_runs
 
     device, token = make_device()
     job = Job.objects.create(team=demo_team, kind=JobKind.NOOP, device_class=device.device_class)
-    options = connection.settings_dict["OPTIONS"]
-    threshold = options.pop("prepare_threshold")  # as DATABASE_PREPARED_STATEMENTS=false sets
-    try:
-        runs = prepared_runs()
+    runs = prepared_runs()
+    with override_settings(DEPLOYHUB_PREPARED_STATEMENTS=False):
         lease = datetime.now().astimezone() + LEASE
         taken = Job.objects.take_for_token(job.pk, token, "192.0.2.10", 1, lease_expires_at=lease)
-        assert prepared_runs() == runs
-    finally:
-        options["prepare_threshold"] = threshold
+    assert prepared_runs() == runs
     claimed, by = taken
     assert claimed.state == "running" and by.pk == device.pk
 
@@ -190,3 +208,45 @@ def test_a_prepared_statements_database_error_is_djangos_so_an_outage_is_a_503()
     with pytest.raises(ProgrammingError, match="no_such_table"):
         with prepared_cursor(connection) as cursor:
             cursor.execute("SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
+
+
+@pytest.mark.django_db(transaction=True)  # each claim's own transaction, as in the hub
+def test_a_claim_prepared_before_a_column_changed_type_is_still_granted(
+    client, demo_team, alice, make_device
+):
+    from django.db import connection
+
+    from deployhub.jobs.actions import submit_job
+    from deployhub.jobs.models import JobKind
+    from tests.claim_statements import prepared_runs
+
+    device, token = make_device()
+
+    def claim():
+        job = submit_job(
+            team=demo_team, kind=JobKind.NOOP, device_class=device.device_class, user=alice
+        )
+        response = client.post(
+            f"/api/v1/jobs/{job.pk}/claim",
+            json.dumps({"attempt": 1}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        job.refresh_from_db()
+        return response.status_code, job.state
+
+    def message_type(length):
+        with connection.cursor() as cursor:  # as a migration would, while the hub runs
+            cursor.execute(f"ALTER TABLE jobs_job ALTER COLUMN message TYPE varchar({length})")
+
+    runs = prepared_runs()
+    assert claim() == (200, "running") and prepared_runs() == runs + 1
+    message_type(250)
+    try:
+        # PostgreSQL refuses the prepared plan ("cached plan must not change result type"):
+        # the claim goes the long way, and its rollback ends the connection's prepared
+        # statements, so the next claim is prepared again.
+        assert claim() == (200, "running") and prepared_runs() == 0
+        assert claim() == (200, "running") and prepared_runs() == 1
+    finally:
+        message_type(200)

@@ -8,7 +8,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import NotSupportedError, transaction
 from django.utils import timezone
 
 from deployhub.devices.models import DeviceClass
@@ -126,12 +126,17 @@ def claim_for_token(job_id, token, address, attempt):
     """Claim the job for the device holding the token in one statement that authenticates it
     too, when the claim is sure to be granted (Job.objects.take_for_token): return (the job,
     the device), or None, and the caller authenticates the device and calls claim_job."""
-    with transaction.atomic():
-        taken = Job.objects.take_for_token(
-            job_id, token, address, attempt, lease_expires_at=_lease_end()
-        )
-        if taken is not None:
-            _record_claim(*taken, attempt)
+    try:
+        with transaction.atomic():
+            taken = Job.objects.take_for_token(
+                job_id, token, address, attempt, lease_expires_at=_lease_end()
+            )
+            if taken is not None:
+                _record_claim(*taken, attempt)
+    except NotSupportedError:
+        # The prepared statement outlived a change of a column's type (a migration while the
+        # hub ran): PostgreSQL refuses it once on each connection, and it is prepared again.
+        return None
     return taken
 
 
