@@ -208,6 +208,7 @@ def test_a_prepared_statements_database_error_is_djangos_so_an_outage_is_a_503()
     with pytest.raises(ProgrammingError, match="no_such_table"):
         with prepared_cursor(connection) as cursor:
             cursor.execute("SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
+    assert connection.connection.prepare_threshold is None  # Django's queries: still never
 
 
 @pytest.mark.django_db(transaction=True)  # each claim's own transaction, as in the hub
