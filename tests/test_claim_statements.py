@@ -98,6 +98,16 @@ def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
     check(seen["no_returning"], "sqlite")
 
 
+def post_claim(client, job, authorization):
+    """A device's claim of the job's first attempt, with this Authorization header."""
+    return client.post(
+        f"/api/v1/jobs/{job.pk}/claim",
+        json.dumps({"attempt": 1}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=authorization,
+    )
+
+
 @pytest.mark.django_db
 def test_a_claim_without_the_bearer_scheme_takes_nothing(client, demo_team, alice, make_device):
     from deployhub.jobs.actions import submit_job
@@ -107,12 +117,8 @@ def test_a_claim_without_the_bearer_scheme_takes_nothing(client, demo_team, alic
     job = submit_job(
         team=demo_team, kind=JobKind.NOOP, device_class=device.device_class, user=alice
     )
-    response = client.post(
-        f"/api/v1/jobs/{job.pk}/claim",
-        json.dumps({"attempt": 1}),
-        content_type="application/json",
-        HTTP_AUTHORIZATION=token,  # the token alone: docs/protocol.md says "Bearer <token>"
-    )
+    # The token alone: docs/protocol.md says "Bearer <token>".
+    response = post_claim(client, job, token)
     assert response.status_code == 401 and "Bearer" in response.json()["error"]
     job.refresh_from_db()
     assert job.state == "queued" and job.device is None
@@ -227,12 +233,7 @@ def test_a_claim_prepared_before_a_column_changed_type_is_still_granted(
         job = submit_job(
             team=demo_team, kind=JobKind.NOOP, device_class=device.device_class, user=alice
         )
-        response = client.post(
-            f"/api/v1/jobs/{job.pk}/claim",
-            json.dumps({"attempt": 1}),
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Bearer {token}",
-        )
+        response = post_claim(client, job, f"Bearer {token}")
         job.refresh_from_db()
         return response.status_code, job.state
 
