@@ -2,12 +2,9 @@
 
 from pathlib import Path
 
-from django.core.files.storage import default_storage
-from django.db import transaction
-
 from deployhub.jobs.actions import JobConflict, check_holder
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.registry.uploads import place, received
+from deployhub.registry.uploads import placing, received
 
 
 def artifact_path(sha256):
@@ -22,23 +19,18 @@ def store_artifact(job, device, attempt, name, upload):
     again when its row or the commit fails: no file is left without its row.
     """
     with received(upload) as (tmp_path, sha256, size):
-        path, new = artifact_path(sha256), False
-        try:
-            with transaction.atomic():
-                job = Job.objects.select_for_update().get(pk=job.pk)
-                check_holder(job, device, attempt)
-                if job.state != JobState.RUNNING:
-                    raise JobConflict(f"The job is {job.state}.")
-                new = place(tmp_path, path)
-                return Artifact.objects.create(
-                    job=job,
-                    attempt=attempt,
-                    name=Path(name).name[:100],
-                    file=path,
-                    sha256=sha256,
-                    size=size,
-                )
-        except BaseException:
-            if new:
-                default_storage.delete(path)
-            raise
+        path = artifact_path(sha256)
+        with placing(path) as put:
+            job = Job.objects.select_for_update().get(pk=job.pk)
+            check_holder(job, device, attempt)
+            if job.state != JobState.RUNNING:
+                raise JobConflict(f"The job is {job.state}.")
+            put(tmp_path)
+            return Artifact.objects.create(
+                job=job,
+                attempt=attempt,
+                name=Path(name).name[:100],
+                file=path,
+                sha256=sha256,
+                size=size,
+            )

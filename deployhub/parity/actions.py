@@ -3,8 +3,6 @@
 import math
 from pathlib import Path
 
-from django.db import transaction
-
 from deployhub.devices.models import Device
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
@@ -79,7 +77,7 @@ def _store(run, path, device_class):
     params = {"spec": run.model_version.preprocessing}
     if run.tolerance is not None:
         params["tolerance"] = run.tolerance
-    with placed(path, run.file.name), transaction.atomic():
+    with placed(path, run.file.name):
         run.job = submit_job(
             team=run.team,
             kind=JobKind.PARITY,

@@ -18,8 +18,6 @@ by far more. FP16 and INT8 engines need a golden set with looser tolerances.
 import math
 from pathlib import Path
 
-from django.db import transaction
-
 from deployhub.registry.archives import ZIP_MAGIC, check_filename
 from deployhub.registry.golden_pairs import GoldenError
 from deployhub.registry.models import GoldenFormat, GoldenSet, golden_upload_path
@@ -101,7 +99,7 @@ def _tolerance(what, value, default):
 def _save(golden, path):
     """Place the file and save the row in one go; on any failure, neither stays."""
     golden.file.name = golden_upload_path(golden, "")
-    with placed(path, golden.file.name), transaction.atomic():
+    with placed(path, golden.file.name):
         golden.save()
         Event.record(
             golden.team,

@@ -21,7 +21,7 @@ from django.core.files import File
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from deployhub.registry.archives import RatioCap, check_filename, sniff
 from deployhub.registry.contract import (
@@ -209,18 +209,54 @@ def place(path, name, move=True):
 
 
 @contextmanager
-def placed(path, name, move=True):
-    """Place a file for a with-block that saves its row; take it out again if the block fails.
+def placing(name):
+    """A transaction that stores a file under its content-addressed name and saves the rows
+    naming it: yields put(path, move=True), which places the file (when not stored already).
 
-    A file that was stored already (names are content-addressed: another row has it) stays.
+    A file this placed goes again when the block or its commit fails. Another store of the
+    same name (the same bytes: a double-submitted form, two teams' one model) waits for this
+    one to end, so it never counts on a file that is about to go: PostgreSQL holds a lock on
+    the name until the transaction ends; SQLite's transactions (IMMEDIATE) take turns.
     """
-    new = place(path, name, move=move)
+    new = False
+
+    def put(path, move=True):
+        nonlocal new
+        new = place(path, name, move=move)
+
     try:
-        yield
+        with transaction.atomic():
+            _hold(name)
+            try:
+                yield put
+            except BaseException:
+                if new:  # taken out while the name is held
+                    default_storage.delete(name)
+                    new = False
+                raise
     except BaseException:
-        if new:
+        if new:  # the commit failed: no row names the file
             default_storage.delete(name)
         raise
+
+
+@contextmanager
+def placed(path, name, move=True):
+    """Place a file and save the rows naming it in the with-block, in one transaction
+    (placing): if anything fails, neither stays."""
+    with placing(name) as put:
+        put(path, move=move)
+        yield
+
+
+def _hold(name):
+    """Lock a storage name until the transaction ends (PostgreSQL; SQLite's transactions
+    already take turns)."""
+    if connection.vendor != "postgresql":
+        return
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
 
 
 @contextmanager
@@ -351,30 +387,24 @@ VERSION_FIELDS = {
 
 def save_version(version, path, move=True):
     """Number, store and save a validated version; remove its file if the save fails."""
-    new_file = None  # the file this save placed, taken out again if the save fails
-    try:
-        with transaction.atomic():
-            # The model's row is the lock: two uploads at once must not take the same number.
-            Model.objects.select_for_update().filter(pk=version.model_id).first()
-            version.number = version.model.next_version_number()
-            version.file.name = version_upload_path(version, "")
-            if path is not None:  # None: a derived version shares its source's file
-                new_file = place(path, version.file.name, move=move) and version.file.name
-            version.save()
-            Event.record(
-                version.team,
-                version.created_by,
-                "version.created",
-                version,
-                sha256=version.sha256,
-                format=version.format,
-                before=None,
-                after=f"v{version.number} stored",
-            )
-    except BaseException:
-        if new_file:
-            default_storage.delete(new_file)
-        raise
+    version.file.name = version_upload_path(version, "")  # its bytes' name, not its number's
+    with placing(version.file.name) as put:
+        # The model's row is the lock: two uploads at once must not take the same number.
+        Model.objects.select_for_update().filter(pk=version.model_id).first()
+        version.number = version.model.next_version_number()
+        if path is not None:  # None: a derived version shares its source's file
+            put(path, move=move)
+        version.save()
+        Event.record(
+            version.team,
+            version.created_by,
+            "version.created",
+            version,
+            sha256=version.sha256,
+            format=version.format,
+            before=None,
+            after=f"v{version.number} stored",
+        )
     return version
 
 
@@ -445,7 +475,7 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
             created_by=user,
         )
         dataset.file.name = dataset_upload_path(dataset, "")
-        with placed(work / STORED, dataset.file.name), transaction.atomic():
+        with placed(work / STORED, dataset.file.name):
             dataset.save()
             Event.record(version.team, user, "dataset.created", dataset, kind=kind, after="stored")
     return dataset

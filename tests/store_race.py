@@ -1,0 +1,76 @@
+"""Two stores of the same bytes at once, the first of which fails after placing the file:
+the second must still find its file (content-addressed names: both name one file).
+
+tests/test_store_race.py runs it on PostgreSQL (the test's database) and on SQLite, as
+`make run` has it: `python -m tests.store_race` in a process whose DATABASE_URL names a fresh
+SQLite file migrates it, races, and prints JSON.
+"""
+
+import json
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+NAME = "datasets/ra/race-0123456789abcdef.npz"
+WAIT = 5  # seconds a thread waits for the other at most
+
+
+def race():
+    """Store NAME twice at once; the first store places it, then fails. Return what was seen."""
+    from django.core.files.storage import default_storage
+    from django.db import connection
+
+    from deployhub.registry.uploads import placed
+
+    default_storage.delete(NAME)
+    first_placed, second_started = threading.Event(), threading.Event()
+    seen = {}
+
+    def source(text):
+        handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
+        handle.write(text.encode())
+        handle.close()
+        return Path(handle.name)
+
+    def first():
+        try:
+            with placed(source("same bytes"), NAME):
+                first_placed.set()
+                second_started.wait(WAIT)
+                # The second store is on its way (or waits for this one): now this one's
+                # row fails (a double-submitted form's unique name, say).
+                threading.Event().wait(0.3)
+                raise RuntimeError("this store's row failed")
+        except RuntimeError:
+            seen["first"] = "failed"
+        finally:
+            connection.close()
+
+    def second():
+        first_placed.wait(WAIT)
+        second_started.set()
+        try:
+            with placed(source("same bytes"), NAME):
+                seen["second_found_the_file"] = default_storage.exists(NAME)
+            seen["second"] = "stored"
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(3 * WAIT)
+    seen["file_after_both"] = default_storage.exists(NAME)
+    default_storage.delete(NAME)
+    return seen
+
+
+if __name__ == "__main__":
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    json.dump(race(), sys.stdout)

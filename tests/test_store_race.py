@@ -1,0 +1,46 @@
+"""A store that fails never takes away the file another store of the same bytes relies on
+(files are named by their content: a double-submitted form, or two teams uploading one
+model, name one file). Found by reading placed(): the store that placed the file took it
+out again when its row failed, under the other store's committed row."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.store_race import race
+
+EXPECTED = {
+    "first": "failed",
+    "second": "stored",
+    "second_found_the_file": True,
+    "file_after_both": True,
+}
+
+
+@pytest.mark.django_db(transaction=True)  # each store's own transaction, as in the hub
+def test_a_failed_store_leaves_the_file_another_store_saved_on_postgresql():
+    assert race() == EXPECTED
+
+
+def test_a_failed_store_leaves_the_file_another_store_saved_on_sqlite(tmp_path):
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
+        "DEPLOYHUB_VAR_DIR": str(tmp_path),
+        "DEPLOYHUB_STORAGE_ROOT": str(tmp_path / "media"),
+        "DJANGO_SETTINGS_MODULE": "deployhub.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.store_race"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == EXPECTED
