@@ -1,5 +1,6 @@
-"""Two stores of the same bytes at once, the first of which fails after placing the file:
-the second must still find its file (content-addressed names: both name one file).
+"""Two stores of the same bytes at once, the first of which fails after placing the file, in
+its block or at its commit: the second must still find its file (content-addressed names:
+both name one file).
 
 tests/test_store_race.py runs it on PostgreSQL (the test's database) and on SQLite, as
 `make run` has it: `python -m tests.store_race` in a process whose DATABASE_URL names a fresh
@@ -11,17 +12,21 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from unittest import mock
 
 NAME = "datasets/ra/race-0123456789abcdef.npz"
 WAIT = 5  # seconds a thread waits for the other at most
 
 
-def race():
-    """Store NAME twice at once; the first store places it, then fails. Return what was seen."""
+def race(failing="block"):
+    """Store NAME twice at once; the first store places it, then fails in its block, or at
+    its commit (failing="commit": a row breaking a foreign key, checked at commit). Return
+    what was seen."""
     from django.core.files.storage import default_storage
-    from django.db import connection
+    from django.db import IntegrityError, connection
 
     from deployhub.registry.uploads import placed
+    from deployhub.teams.models import Event
 
     default_storage.delete(NAME)
     first_placed, second_started = threading.Event(), threading.Event()
@@ -41,8 +46,12 @@ def race():
                 # The second store is on its way (or waits for this one): now this one's
                 # row fails (a double-submitted form's unique name, say).
                 threading.Event().wait(0.3)
-                raise RuntimeError("this store's row failed")
-        except RuntimeError:
+                if failing == "block":
+                    raise RuntimeError("this store's row failed")
+                Event.objects.create(
+                    team_id=2**40, actor="race", verb="race", target_type="race", target_id=1
+                )
+        except (RuntimeError, IntegrityError):
             seen["first"] = "failed"
         finally:
             connection.close()
@@ -57,11 +66,16 @@ def race():
         finally:
             connection.close()
 
+    def slow_delete(name, delete=default_storage.delete):
+        threading.Event().wait(0.3)  # a bucket's delete: the other store may get in meanwhile
+        delete(name)
+
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(3 * WAIT)
+    with mock.patch.object(default_storage, "delete", slow_delete):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(3 * WAIT)
     seen["file_after_both"] = default_storage.exists(NAME)
     default_storage.delete(NAME)
     return seen
@@ -73,4 +87,4 @@ if __name__ == "__main__":
 
     django.setup()
     call_command("migrate", verbosity=0)
-    json.dump(race(), sys.stdout)
+    json.dump({failing: race(failing) for failing in ("block", "commit")}, sys.stdout)

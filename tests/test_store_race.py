@@ -22,8 +22,9 @@ EXPECTED = {
 
 
 @pytest.mark.django_db(transaction=True)  # each store's own transaction, as in the hub
-def test_a_failed_store_leaves_the_file_another_store_saved_on_postgresql():
-    assert race() == EXPECTED
+@pytest.mark.parametrize("failing", ["block", "commit"])
+def test_a_failed_store_leaves_the_file_another_store_saved_on_postgresql(failing):
+    assert race(failing) == EXPECTED
 
 
 def test_a_failed_store_leaves_the_file_another_store_saved_on_sqlite(tmp_path):
@@ -43,4 +44,4 @@ def test_a_failed_store_leaves_the_file_another_store_saved_on_sqlite(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout) == EXPECTED
+    assert json.loads(result.stdout) == {"block": EXPECTED, "commit": EXPECTED}

@@ -8,6 +8,7 @@ the version. Whatever fails, the temporary files go.
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from django.core.files import File
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from deployhub.registry.archives import RatioCap, check_filename, sniff
 from deployhub.registry.contract import (
@@ -201,10 +202,16 @@ def place(path, name, move=True):
         return True
     final = Path(default_storage.path(name))
     final.parent.mkdir(parents=True, exist_ok=True)
-    if move:
-        os.replace(path, final)
-    else:
-        shutil.copyfile(path, final)
+    if not move:  # a copy is whole under its name, or not there: later stores trust exists()
+        fd, part = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, part)
+        except BaseException:
+            os.unlink(part)
+            raise
+        path = part
+    os.replace(path, final)
     return True
 
 
@@ -213,10 +220,11 @@ def placing(name):
     """A transaction that stores a file under its content-addressed name and saves the rows
     naming it: yields put(path, move=True), which places the file (when not stored already).
 
-    A file this placed goes again when the block or its commit fails. Another store of the
-    same name (the same bytes: a double-submitted form, two teams' one model) waits for this
-    one to end, so it never counts on a file that is about to go: PostgreSQL holds a lock on
-    the name until the transaction ends; SQLite's transactions (IMMEDIATE) take turns.
+    A file this placed goes again when the block fails, or when the commit refuses the rows
+    (a deferred check): no file stays without its row. A commit whose answer was lost (the
+    connection went) may have saved them, and the file stays. Another store of the same name
+    (the same bytes: a double-submitted form, two teams' one model) waits until this one has
+    ended, deletion included, so it never counts on a file that is about to go.
     """
     new = False
 
@@ -224,20 +232,20 @@ def placing(name):
         nonlocal new
         new = place(path, name, move=move)
 
-    try:
-        with transaction.atomic():
-            _hold(name)
-            try:
-                yield put
-            except BaseException:
-                if new:  # taken out while the name is held
-                    default_storage.delete(name)
-                    new = False
-                raise
-    except BaseException:
-        if new:  # the commit failed: no row names the file
-            default_storage.delete(name)
-        raise
+    with _held(name):
+        try:
+            with transaction.atomic():
+                try:
+                    yield put
+                except BaseException:
+                    if new:
+                        default_storage.delete(name)
+                        new = False
+                    raise
+        except IntegrityError:
+            if new:  # the commit refused the rows: none names the file
+                default_storage.delete(name)
+            raise
 
 
 @contextmanager
@@ -249,14 +257,30 @@ def placed(path, name, move=True):
         yield
 
 
-def _hold(name):
-    """Lock a storage name until the transaction ends (PostgreSQL; SQLite's transactions
-    already take turns)."""
-    if connection.vendor != "postgresql":
+@contextmanager
+def _held(name):
+    """Hold a storage name against another store of it until the block ends: on PostgreSQL a
+    lock on the name, across processes and hosts; on SQLite (one host: make run) a lock file
+    beside the database, for every name (SQLite's writers take turns anyway)."""
+    if connection.vendor == "postgresql":
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        try:
+            yield
+        finally:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+            except DatabaseError:
+                pass  # the connection went, and its locks with it
         return
-    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+    descriptor = os.open(settings.VAR_DIR / "stores.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # and the lock with it
 
 
 @contextmanager
