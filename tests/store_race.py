@@ -81,10 +81,68 @@ def race(failing="block"):
     return seen
 
 
+def inside_a_transaction():
+    """A store inside a caller's transaction (an export saved as its job completes) while
+    another upload stores: both are saved. Had the upload held its name lock while it
+    waited for SQLite's write lock, the caller's store would have waited for that lock, and
+    the upload would have failed after SQLite's 20 s ("database is locked")."""
+    from django.core.files.storage import default_storage
+    from django.db import DatabaseError, connection, transaction
+
+    from deployhub.registry.uploads import placed
+    from deployhub.teams.models import Team
+
+    names = ["models/ra/race-outer.onnx", "datasets/ra/race-upload.npz"]
+    in_transaction = threading.Event()
+    seen = {}
+
+    def source(text):
+        handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
+        handle.write(text.encode())
+        handle.close()
+        return Path(handle.name)
+
+    def store(key, name):
+        try:
+            with placed(source(name), name):
+                pass
+            seen[key] = "stored"
+        except DatabaseError as error:
+            seen[key] = f"failed: {error}"
+
+    def caller():
+        try:
+            with transaction.atomic():
+                Team.objects.filter(pk=0).update(name="x")  # the caller's writes: the lock
+                in_transaction.set()
+                threading.Event().wait(0.3)  # the upload is on its way meanwhile
+                store("inside", names[0])
+        finally:
+            connection.close()
+
+    def upload():
+        in_transaction.wait(WAIT)
+        try:
+            store("upload", names[1])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=caller), threading.Thread(target=upload)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for name in names:
+        default_storage.delete(name)
+    return seen
+
+
 if __name__ == "__main__":
     import django
     from django.core.management import call_command
 
     django.setup()
     call_command("migrate", verbosity=0)
-    json.dump({failing: race(failing) for failing in ("block", "commit")}, sys.stdout)
+    seen = {failing: race(failing) for failing in ("block", "commit")}
+    seen["inside_a_transaction"] = inside_a_transaction()
+    json.dump(seen, sys.stdout)

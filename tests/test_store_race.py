@@ -27,7 +27,7 @@ def test_a_failed_store_leaves_the_file_another_store_saved_on_postgresql(failin
     assert race(failing) == EXPECTED
 
 
-def test_a_failed_store_leaves_the_file_another_store_saved_on_sqlite(tmp_path):
+def test_stores_at_once_keep_their_files_and_never_wait_on_each_other_on_sqlite(tmp_path):
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
@@ -44,4 +44,13 @@ def test_a_failed_store_leaves_the_file_another_store_saved_on_sqlite(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout) == {"block": EXPECTED, "commit": EXPECTED}
+    seen = json.loads(result.stdout)
+    assert seen.pop("inside_a_transaction") == {"inside": "stored", "upload": "stored"}
+    assert seen == {"block": EXPECTED, "commit": EXPECTED}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_store_inside_a_transaction_and_an_upload_both_store_on_postgresql():
+    from tests.store_race import inside_a_transaction
+
+    assert inside_a_transaction() == {"inside": "stored", "upload": "stored"}

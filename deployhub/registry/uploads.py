@@ -232,9 +232,12 @@ def placing(name):
         nonlocal new
         new = place(path, name, move=move)
 
-    with _held(name):
+    with contextlib.ExitStack() as holding:
         try:
             with transaction.atomic():
+                # Taken in the transaction: a caller's transaction (an export saved as its job
+                # completes), or SQLite's write lock, comes first, then the name, always.
+                holding.enter_context(_held(name))
                 try:
                     yield put
                 except BaseException:
@@ -260,8 +263,9 @@ def placed(path, name, move=True):
 @contextmanager
 def _held(name):
     """Hold a storage name against another store of it until the block ends: on PostgreSQL a
-    lock on the name, across processes and hosts; on SQLite (one host: make run) a lock file
-    beside the database, for every name (SQLite's writers take turns anyway)."""
+    lock on the name (the session's: it outlasts a failed commit), across processes and
+    hosts; on SQLite (one host: make run) a lock file beside the database, for every name
+    (SQLite's writers take turns anyway)."""
     if connection.vendor == "postgresql":
         key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
         with connection.cursor() as cursor:
