@@ -25,10 +25,15 @@ def race(failing="block"):
     from django.core.files.storage import default_storage
     from django.db import IntegrityError, connection
 
+    from deployhub.devices.models import DeviceClass
+    from deployhub.jobs.models import Artifact, Job, JobKind
     from deployhub.registry.uploads import placed
-    from deployhub.teams.models import Event
+    from deployhub.teams.models import Event, Team
 
     default_storage.delete(NAME)
+    team, _ = Team.objects.get_or_create(slug="store-race", defaults={"name": "Store race"})
+    device_class, _ = DeviceClass.objects.get_or_create(team=team, slug="race", name="Race")
+    job = Job.objects.create(team=team, kind=JobKind.NOOP, device_class=device_class)
     first_placed, second_started = threading.Event(), threading.Event()
     seen = {}
 
@@ -62,7 +67,11 @@ def race(failing="block"):
         try:
             with placed(source("same bytes"), NAME):
                 seen["second_found_the_file"] = default_storage.exists(NAME)
+                artifact = Artifact.objects.create(
+                    job=job, attempt=1, name="race", file=NAME, sha256="0" * 64, size=10
+                )
             seen["second"] = "stored"
+            seen["its_row_names_a_file_there"] = default_storage.exists(artifact.file.name)
         finally:
             connection.close()
 
@@ -78,7 +87,28 @@ def race(failing="block"):
             thread.join(3 * WAIT)
     seen["file_after_both"] = default_storage.exists(NAME)
     default_storage.delete(NAME)
+    Artifact.objects.filter(job=job).delete()
     return seen
+
+
+def alone_failing_at_commit():
+    """One store whose commit refuses its rows (a foreign key, checked at commit): return
+    whether its file is still there (no row names it)."""
+    from django.core.files.storage import default_storage
+    from django.db import IntegrityError
+
+    from deployhub.registry.uploads import placed
+    from deployhub.teams.models import Event
+
+    handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
+    handle.write(b"alone")
+    handle.close()
+    try:
+        with placed(Path(handle.name), NAME):
+            Event.objects.create(team_id=2**40, actor="a", verb="v", target_type="t", target_id=1)
+    except IntegrityError:
+        pass
+    return default_storage.exists(NAME)
 
 
 def inside_a_transaction():
@@ -145,4 +175,5 @@ if __name__ == "__main__":
     call_command("migrate", verbosity=0)
     seen = {failing: race(failing) for failing in ("block", "commit")}
     seen["inside_a_transaction"] = inside_a_transaction()
+    seen["alone_failing_at_commit_leaves_its_file"] = alone_failing_at_commit()
     json.dump(seen, sys.stdout)

@@ -17,6 +17,7 @@ EXPECTED = {
     "first": "failed",
     "second": "stored",
     "second_found_the_file": True,
+    "its_row_names_a_file_there": True,
     "file_after_both": True,
 }
 
@@ -46,6 +47,7 @@ def test_stores_at_once_keep_their_files_and_never_wait_on_each_other_on_sqlite(
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout)
     assert seen.pop("inside_a_transaction") == {"inside": "stored", "upload": "stored"}
+    assert seen.pop("alone_failing_at_commit_leaves_its_file") is False
     assert seen == {"block": EXPECTED, "commit": EXPECTED}
 
 
@@ -54,3 +56,10 @@ def test_a_store_inside_a_transaction_and_an_upload_both_store_on_postgresql():
     from tests.store_race import inside_a_transaction
 
     assert inside_a_transaction() == {"inside": "stored", "upload": "stored"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_store_whose_commit_fails_leaves_no_file_on_postgresql():
+    from tests.store_race import alone_failing_at_commit
+
+    assert alone_failing_at_commit() is False

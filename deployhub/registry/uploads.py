@@ -8,7 +8,6 @@ the version. Whatever fails, the temporary files go.
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -17,12 +16,14 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.apps import apps
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import TemporaryUploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import FileField
 
 from deployhub.registry.archives import RatioCap, check_filename, sniff
 from deployhub.registry.contract import (
@@ -220,11 +221,12 @@ def placing(name):
     """A transaction that stores a file under its content-addressed name and saves the rows
     naming it: yields put(path, move=True), which places the file (when not stored already).
 
-    A file this placed goes again when the block fails, or when the commit refuses the rows
-    (a deferred check): no file stays without its row. A commit whose answer was lost (the
-    connection went) may have saved them, and the file stays. Another store of the same name
-    (the same bytes: a double-submitted form, two teams' one model) waits until this one has
-    ended, deletion included, so it never counts on a file that is about to go.
+    A file this placed goes again when the block fails, or when the commit does and no row
+    names the file (a commit whose answer was lost may have saved them). Another store of
+    the same name (the same bytes: a double-submitted form, two teams' one model) never
+    counts on a file that is about to go: each holds the name until its transaction ends,
+    and a file goes only while the name is held (PostgreSQL locks the name; SQLite's
+    IMMEDIATE transactions take turns).
     """
     new = False
 
@@ -232,23 +234,20 @@ def placing(name):
         nonlocal new
         new = place(path, name, move=move)
 
-    with contextlib.ExitStack() as holding:
-        try:
-            with transaction.atomic():
-                # Taken in the transaction: a caller's transaction (an export saved as its job
-                # completes), or SQLite's write lock, comes first, then the name, always.
-                holding.enter_context(_held(name))
-                try:
-                    yield put
-                except BaseException:
-                    if new:
-                        default_storage.delete(name)
-                        new = False
-                    raise
-        except IntegrityError:
-            if new:  # the commit refused the rows: none names the file
-                default_storage.delete(name)
-            raise
+    try:
+        with transaction.atomic():
+            _hold(name)  # in the transaction: a caller's transaction comes first, always
+            try:
+                yield put
+            except BaseException:
+                if new:
+                    default_storage.delete(name)
+                    new = False
+                raise
+    except BaseException:
+        if new:  # the commit failed
+            _take_out_unless_named(name)
+        raise
 
 
 @contextmanager
@@ -260,31 +259,37 @@ def placed(path, name, move=True):
         yield
 
 
-@contextmanager
-def _held(name):
-    """Hold a storage name against another store of it until the block ends: on PostgreSQL a
-    lock on the name (the session's: it outlasts a failed commit), across processes and
-    hosts; on SQLite (one host: make run) a lock file beside the database, for every name
-    (SQLite's writers take turns anyway)."""
-    if connection.vendor == "postgresql":
-        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [key])
-        try:
-            yield
-        finally:
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
-            except DatabaseError:
-                pass  # the connection went, and its locks with it
+def _hold(name):
+    """Hold a storage name against another store of it until the transaction ends: on
+    PostgreSQL a lock on the name, across processes and hosts (a transaction's, as
+    PgBouncer's transaction pooling allows). SQLite's transactions take turns already."""
+    if connection.vendor != "postgresql":
         return
-    descriptor = os.open(settings.VAR_DIR / "stores.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _take_out_unless_named(name):
+    """Delete a stored file that no row names, holding its name; where the database cannot
+    say (it is not back), the file stays: a file without a row, never a row without its file."""
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # and the lock with it
+        with transaction.atomic():
+            _hold(name)
+            if not _named(name):
+                default_storage.delete(name)
+    except DatabaseError:
+        pass
+
+
+def _named(name):
+    """Whether any row of any model names this stored file."""
+    return any(
+        model._base_manager.filter(**{field.name: name}).exists()
+        for model in apps.get_models()
+        for field in model._meta.concrete_fields
+        if isinstance(field, FileField)
+    )
 
 
 @contextmanager
