@@ -1,5 +1,6 @@
 """The shared cast and the real moving parts: a live hub, worker processes, Redis."""
 
+import json
 import os
 import shutil
 import signal
@@ -232,6 +233,28 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill9()
         self.log.close()
+
+
+def run_on_sqlite(module, tmp_path):
+    """Run `python -m module` as make run has the hub (a fresh SQLite file, its own var and
+    storage folders) and return the JSON it prints."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
+        "DEPLOYHUB_VAR_DIR": str(tmp_path),
+        "DEPLOYHUB_STORAGE_ROOT": str(tmp_path / "media"),
+        "DJANGO_SETTINGS_MODULE": "deployhub.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
 
 
 def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):

@@ -18,6 +18,16 @@ NAME = "datasets/ra/race-0123456789abcdef.npz"
 WAIT = 5  # seconds a thread waits for the other at most
 
 
+def source(text):
+    """A file of this text in the storage root, as an upload's temporary file is."""
+    from django.core.files.storage import default_storage
+
+    handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
+    handle.write(text.encode())
+    handle.close()
+    return Path(handle.name)
+
+
 def race(failing="block"):
     """Store NAME twice at once; the first store places it, then fails in its block, or at
     its commit (failing="commit": a row breaking a foreign key, checked at commit). Return
@@ -36,12 +46,6 @@ def race(failing="block"):
     job = Job.objects.create(team=team, kind=JobKind.NOOP, device_class=device_class)
     first_placed, second_started = threading.Event(), threading.Event()
     seen = {}
-
-    def source(text):
-        handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
-        handle.write(text.encode())
-        handle.close()
-        return Path(handle.name)
 
     def first():
         try:
@@ -100,11 +104,8 @@ def alone_failing_at_commit():
     from deployhub.registry.uploads import placed
     from deployhub.teams.models import Event
 
-    handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
-    handle.write(b"alone")
-    handle.close()
     try:
-        with placed(Path(handle.name), NAME):
+        with placed(source("alone"), NAME):
             Event.objects.create(team_id=2**40, actor="a", verb="v", target_type="t", target_id=1)
     except IntegrityError:
         pass
@@ -125,12 +126,6 @@ def inside_a_transaction():
     names = ["models/ra/race-outer.onnx", "datasets/ra/race-upload.npz"]
     in_transaction = threading.Event()
     seen = {}
-
-    def source(text):
-        handle = tempfile.NamedTemporaryFile(delete=False, dir=default_storage.location)
-        handle.write(text.encode())
-        handle.close()
-        return Path(handle.name)
 
     def store(key, name):
         try:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from tests.claim_statements import LEASE, observe
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_on_sqlite
 
 
 def check(seen, vendor):
@@ -78,22 +78,7 @@ def test_they_give_what_the_orm_gives_on_postgresql():
 
 
 def test_they_give_what_the_orm_gives_on_sqlite(tmp_path):
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
-        "DEPLOYHUB_VAR_DIR": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "deployhub.settings",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.claim_statements"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout)
+    seen = run_on_sqlite("tests.claim_statements", tmp_path)
     check(seen["returning"], "sqlite")
     check(seen["no_returning"], "sqlite")
 

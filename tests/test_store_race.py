@@ -3,14 +3,9 @@
 model, name one file). Found by reading placed(): the store that placed the file took it
 out again when its row failed, under the other store's committed row."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_on_sqlite
 from tests.store_race import race
 
 EXPECTED = {
@@ -29,23 +24,7 @@ def test_a_failed_store_leaves_the_file_another_store_saved_on_postgresql(failin
 
 
 def test_stores_at_once_keep_their_files_and_never_wait_on_each_other_on_sqlite(tmp_path):
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'deployhub.sqlite3'}",
-        "DEPLOYHUB_VAR_DIR": str(tmp_path),
-        "DEPLOYHUB_STORAGE_ROOT": str(tmp_path / "media"),
-        "DJANGO_SETTINGS_MODULE": "deployhub.settings",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.store_race"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout)
+    seen = run_on_sqlite("tests.store_race", tmp_path)
     assert seen.pop("inside_a_transaction") == {"inside": "stored", "upload": "stored"}
     assert seen.pop("alone_failing_at_commit_leaves_its_file") is False
     assert seen == {"block": EXPECTED, "commit": EXPECTED}
