@@ -235,6 +235,19 @@ class WorkerProcess:
         self.log.close()
 
 
+def hub_started_with(code, **env):
+    """Start the hub's settings in this environment, run code after django.setup() (json
+    imported), and return the finished process: a setting's value, or its refusal."""
+    return subprocess.run(
+        [sys.executable, "-c", f"import json, django; django.setup(); {code}"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "deployhub.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def run_on_sqlite(module, tmp_path):
     """Run `python -m module` as make run has the hub (a fresh SQLite file, its own var and
     storage folders) and return the JSON it prints."""

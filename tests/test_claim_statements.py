@@ -2,15 +2,12 @@
 give what the ORM gives, on PostgreSQL and on SQLite (make run's database)."""
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
 
 import pytest
 
 from tests.claim_statements import LEASE, observe
-from tests.conftest import ROOT, run_on_sqlite
+from tests.conftest import hub_started_with, run_on_sqlite
 
 
 def check(seen, vendor):
@@ -128,14 +125,7 @@ def hub_settings(**env):
         "from django.conf import settings as s; print(json.dumps({'prepared': "
         "s.DEPLOYHUB_PREPARED_STATEMENTS, 'options': s.DATABASES['default']['OPTIONS']}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", f"import json, django; django.setup(); {code}"],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "deployhub.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = hub_started_with(code, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 

@@ -3,7 +3,6 @@
 import hashlib
 import hmac
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -13,7 +12,7 @@ import pytest
 
 from deployhub.teams.models import DeliveryState, Event, Webhook, WebhookDelivery
 from deployhub.teams.webhooks import WebhookForm
-from tests.conftest import PASSWORD, ROOT
+from tests.conftest import PASSWORD, ROOT, hub_started_with
 
 pytestmark = pytest.mark.django_db
 
@@ -455,14 +454,7 @@ def blocked_networks_with(**env):
     code = "from django.conf import settings; print(','.join(settings.{}))".format(
         "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS"
     )
-    started = subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "deployhub.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    started = hub_started_with(code, **env)
     return started.returncode, started.stdout.strip().split(","), started.stderr
 
 
