@@ -63,6 +63,12 @@ class DeviceClass(models.Model):
     accuracy_tolerance = models.FloatField(
         default=1.0, help_text="Most top-1 points an engine may lose against the FP32 reference."
     )
+    task_tolerances = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per task, what overrides the defaults (workers/tasks DEFAULT_TOLERANCES): "
+        '{"detection": {"drop": 1.0, "agreement": 0.99}}.',
+    )
     auto_rebuild = models.BooleanField(
         default=False, help_text="Rebuild engines that a fingerprint change made stale."
     )

@@ -55,7 +55,12 @@ class AccuracyRun(models.Model):
     reference_top5 = models.FloatField(null=True)
     top1 = models.FloatField(null=True)
     top5 = models.FloatField(null=True)
-    top1_agreement = models.FloatField()
+    top1_agreement = models.FloatField(null=True, help_text="Classification only.")
+    task = models.CharField(max_length=40, default="classification")
+    agreement = models.FloatField(
+        null=True, help_text="The task's headline agreement with the FP32 source (no labels)."
+    )
+    agreement_metric = models.CharField(max_length=40, blank=True)
     max_abs_error = models.FloatField()
     mean_abs_error = models.FloatField()
     cosine_min = models.FloatField()

@@ -66,7 +66,8 @@ def version_upload_path(instance, filename):
     return f"models/{instance.sha256[:2]}/{instance.sha256}{extension}"
 
 
-IMMUTABLE_EXCEPT = {"notes", "tags"}
+# The task is a declaration about the file, not the file: the team confirms or corrects it.
+IMMUTABLE_EXCEPT = {"notes", "tags", "task"}
 
 
 class ModelVersion(models.Model):
@@ -90,6 +91,12 @@ class ModelVersion(models.Model):
     external_data = models.JSONField(default=list, blank=True)
     contract = models.JSONField(default=dict, blank=True)
     preprocessing = models.JSONField(default=dict, blank=True)
+    task = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the model does and how to read its outputs: {task, params, why, "
+        "confirmed} (workers/tasks). Proposed at upload; the team confirms or corrects it.",
+    )
     warnings = models.JSONField(default=list, blank=True)
     export_report = models.JSONField(
         default=dict, blank=True, help_text="For a version exported from its parent: how it went."
@@ -170,6 +177,14 @@ class Dataset(models.Model):
     input_dtype = models.CharField(max_length=20)
     has_labels = models.BooleanField(default=False)
     classes = models.PositiveIntegerField(null=True, blank=True)
+    task = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="The task its labels are for (classification, detection, ...); empty unlabelled.",
+    )
+    label_summary = models.CharField(
+        max_length=200, blank=True, help_text="What the labels hold: '37 boxes in 5 images'."
+    )
     checked_against = models.ForeignKey(
         ModelVersion, null=True, on_delete=models.SET_NULL, related_name="checked_datasets"
     )
