@@ -210,3 +210,29 @@ def calibration_npz(path, count=8, seed=0):
 def sample_input(seed=1):
     """Return one input of the models here."""
     return np.random.default_rng(seed).normal(size=SHAPE).astype(np.float32)
+
+
+def negative_dims_model():
+    """Return a Conv, GlobalAveragePool, Flatten model whose dynamic axes are written as -1.
+
+    As paddle2onnx writes them: input [-1, 3, -1, -1], output [-1, 4].
+    """
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.normal(scale=0.3, size=(4, 3, 3, 3)).astype(np.float32), "w")
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "negative-dims",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, -1, -1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -197,10 +197,13 @@ def test_it_counts_operators_inside_subgraphs_and_custom_domains(tmp_path):
     assert report["nodes"] == 4
 
 
-def test_it_refuses_negative_input_dims(tmp_path):
-    path = save(model_with_input([1, -3, 4]), tmp_path / "negative.onnx")
-    with pytest.raises(InvalidModel, match=r"Input 'x' declares a negative dimension"):
-        inspect_onnx(path)
+def test_it_reads_negative_dims_as_dynamic_axes_named_by_their_index(tmp_path):
+    path = save(model_with_input([-1, 3, -1, 0]), tmp_path / "negative.onnx")
+
+    info = inspect_onnx(path)
+
+    assert info["inputs"][0]["shape"] == ["dim_0", 3, "dim_2", 0]
+    assert info["outputs"][0]["shape"] == ["dim_0", 3, "dim_2", 0]
 
 
 def test_it_counts_symbolic_dims_as_one(tmp_path):

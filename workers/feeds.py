@@ -90,8 +90,11 @@ class InputSpec:
         """Return why an axis has no size to feed: symbolic, and no range in the contract."""
         position = axis + 1 if self.batched else axis
         symbol = self.symbols[axis] if axis < len(self.symbols) else None
+        what = (
+            f"a symbolic dimension {symbol!r}" if isinstance(symbol, str) else "a dynamic dimension"
+        )
         return (
-            f"input {self.name!r} has a symbolic dimension {symbol!r} at position {position} "
+            f"input {self.name!r} has {what} at position {position} "
             "and the version's input-shape contract gives it no range; only the batch "
             "dimension (position 0) may be symbolic without one: set the contract, or export "
             "the model with fixed height, width and sequence length"
@@ -404,14 +407,23 @@ def _graph_value(value):
     from onnx import TensorProto
 
     tensor = value.type.tensor_type
-    dims = [
-        d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in tensor.shape.dim
-    ]
+    dims = [_graph_dim(dim) for dim in tensor.shape.dim]
     return {
         "name": value.name,
         "dtype": TensorProto.DataType.Name(tensor.elem_type).lower(),
         "shape": dims if tensor.HasField("shape") else None,
     }
+
+
+def _graph_dim(dim):
+    """Return an ONNX dim as its size, its name, or None (dynamic, unnamed).
+
+    A negative size is how several exporters write a dynamic axis (-1): None, as
+    ONNX Runtime's get_inputs() reports it.
+    """
+    if dim.HasField("dim_value"):
+        return dim.dim_value if dim.dim_value >= 0 else None
+    return dim.dim_param or None
 
 
 def _batch_axis(inputs):

@@ -17,6 +17,8 @@ from onnx import AttributeProto, TensorProto, helper
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
+# The name a dynamic axis written as a negative size gets, followed by its index ("dim_0").
+UNNAMED_DIM = "dim_"
 SUB_BYTE_BITS = {
     getattr(TensorProto, name): bits
     for name, bits in (
@@ -44,9 +46,17 @@ class UnsafeExternalData(InvalidModel):
     """An external-data location would make the hub read outside the upload."""
 
 
-def _dim(dim):
+def _dim(dim, axis):
+    """Return a dim as its size, its symbolic name, or None when it has neither.
+
+    Several exporters (paddle2onnx among them) write a dynamic axis as dim_value -1,
+    which ONNX Runtime and OpenVINO read as dynamic: such an axis gets the name
+    dim_<axis>, as if the exporter had named it. A dim_value of 0 stays a size: ONNX
+    Runtime (1.32) holds that axis to zero, and OpenVINO (2026.4) cannot convert a
+    convolution over it.
+    """
     if dim.HasField("dim_value"):
-        return dim.dim_value
+        return dim.dim_value if dim.dim_value >= 0 else f"{UNNAMED_DIM}{axis}"
     if dim.HasField("dim_param"):
         return dim.dim_param
     return None
@@ -54,7 +64,8 @@ def _dim(dim):
 
 def _value_info(value):
     tensor = value.type.tensor_type
-    shape = [_dim(d) for d in tensor.shape.dim] if tensor.HasField("shape") else None
+    dims = enumerate(tensor.shape.dim)
+    shape = [_dim(d, axis) for axis, d in dims] if tensor.HasField("shape") else None
     return {
         "name": value.name,
         "dtype": TensorProto.DataType.Name(tensor.elem_type).lower(),
@@ -191,14 +202,9 @@ def _check_external_data(model, path):
 
 
 def _check_input_sizes(inputs, limit):
-    """Refuse inputs with negative dims or more fixed elements than limit."""
+    """Refuse inputs with more fixed elements than limit."""
     for value in inputs:
         fixed = [dim for dim in value["shape"] or [] if isinstance(dim, int)]
-        if any(dim < 0 for dim in fixed):
-            raise InvalidModel(
-                f"Input {value['name']!r} declares a negative dimension (dims {value['shape']}). "
-                "Export the model again with the input shape it really receives."
-            )
         elements = math.prod(fixed)
         if elements > limit:
             raise InvalidModel(
