@@ -236,3 +236,48 @@ def negative_dims_model():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def small_conv_model():
+    """Return a Conv+Relu, Flatten, MatMul+Add float model of SHAPE inputs: what INT8 takes."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "w": rng.normal(scale=0.3, size=(4, 3, 3, 3)),
+        "b": rng.normal(size=4),
+        "fc.w": rng.normal(scale=0.1, size=(4 * 8 * 8, 5)),
+        "fc.b": np.full(5, 0.1),
+    }
+    weights = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "fc.w"], ["m"]),
+        helper.make_node("Add", ["m", "fc.b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small-conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def write_qdq_model(folder):
+    """Write small_conv_model quantised by its authors (quantize_static, QDQ); return its path."""
+    from onnxruntime import quantization
+
+    source, quantised = folder / "float.onnx", folder / "qdq.onnx"
+    onnx.save(small_conv_model(), str(source))
+    samples = np.random.default_rng(3).normal(size=(4, *SHAPE)).astype(np.float32)
+    reader = quantization.CalibrationDataReader
+    feeds = iter([{"x": sample} for sample in samples])
+    reader = type("Samples", (reader,), {"get_next": lambda self: next(feeds, None)})()
+    quantization.quantize_static(
+        str(source), str(quantised), reader, quant_format=quantization.QuantFormat.QDQ
+    )
+    return quantised

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from deployhub.engines.inspection import artifact_problem
 from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
+from deployhub.engines.preflight import quantised_source
 from deployhub.engines.signing import sign
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
@@ -142,6 +143,8 @@ def request_compile(version, device_class, backend, build_config, user):
         raise BuildRefused(str(exc)) from exc
     build_config = canonical_config(backend, build_config)
     calibrates = BACKENDS[backend].needs_calibration(build_config)
+    if calibrates and (why := quantised_source(version)):
+        raise BuildRefused(f"{version} is {why}.")
     if calibrates and not calibration_for(version, build_config):
         raise BuildRefused(
             f"An INT8 {backend} build calibrates on data: attach a calibration dataset to "

@@ -7,6 +7,7 @@ contract, and the fingerprints of the class's devices. Answers in milliseconds.
 from dataclasses import dataclass, field
 
 from workers.backends.base import cpu_isa
+from workers.backends.graph_report import quantised_by_authors
 from workers.backends.known import BACKENDS
 from workers.convert import CONVERT_OPSET
 
@@ -100,6 +101,19 @@ def _check_opset(verdict, opset):
         )
 
 
+def quantised_source(version):
+    """Return how the version's authors quantised it already ("" when they did not)."""
+    return quantised_by_authors(version.graph or {}) if version.is_onnx else ""
+
+
+def _check_quantised(verdict, version, precision):
+    """Fail a build that would quantise again a source its authors quantised."""
+    backend = BACKENDS[verdict.backend]
+    if backend.source_format == "onnx" and backend.needs_calibration({"precision": precision}):
+        if why := quantised_source(version):
+            verdict.fails.append(why)
+
+
 def _check_shapes(verdict, version):
     dynamic = [
         name
@@ -143,6 +157,7 @@ def preflight(version, device_class, backends, precision="fp32", fingerprints=No
         verdict = Verdict(backend)
         _check_runtime(verdict, fingerprints, precision)
         _check_graph(verdict, version)
+        _check_quantised(verdict, version, precision)
         _check_shapes(verdict, version)
         _check_hardware(verdict, fingerprints, precision)
         verdicts.append(verdict)

@@ -12,7 +12,14 @@ from collections import Counter
 DEFAULT_DOMAINS = ("", "ai.onnx")
 CONV_OPS = ("Conv", "FusedConv", "QLinearConv", "ConvInteger", "NhwcFusedConv")
 # Operators that compute in integers: QLinear* and these.
-INT8_OPS = ("ConvInteger", "MatMulInteger", "QGemm", "QAttention", "DynamicQuantizeMatMul")
+INT8_OPS = (
+    "ConvInteger",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "QGemm",
+    "QAttention",
+    "DynamicQuantizeMatMul",
+)
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 LAYOUT_OPS = ("ReorderInput", "ReorderOutput", "Transpose")
 # Operators that quantise or compute in INT8, in ONNX graphs and in OpenVINO models.
@@ -46,6 +53,33 @@ def quantized_nodes(counts):
         count
         for op, count in counts["operators"].items()
         if (kind := op.rsplit(".", 1)[-1]).startswith("QLinear") or kind in QUANTIZED_OPS
+    )
+
+
+def quantised_by_authors(counts):
+    """Return how a source graph is quantised already, "" when it is not.
+
+    counts is a histogram ({"operators": {op: count}}, domain-prefixed names).
+    Such a source runs as INT8 as it is: a build that quantises it again would
+    quantise it twice (ONNX Runtime's quantiser breaks on its Q/DQ pairs).
+    """
+    found = Counter()
+    for op, count in counts.get("operators", {}).items():
+        kind = op.rsplit(".", 1)[-1]
+        if kind in QDQ_OPS:
+            found["QuantizeLinear/DequantizeLinear"] += count
+        elif kind.startswith("QLinear") or kind in QUANTIZED_OPS:
+            found[kind] += count
+    if not found:
+        return ""
+    pairs = found.pop("QuantizeLinear/DequantizeLinear", 0)
+    parts = [f"{pairs} QuantizeLinear/DequantizeLinear nodes"] if pairs else []
+    if found:
+        described = ", ".join(f"{op} {count}" for op, count in sorted(found.items()))
+        parts.append(f"{sum(found.values())} integer operators: {described}")
+    return (
+        f"already quantised by its authors ({'; '.join(parts)}): it runs as INT8 as it is; "
+        "an INT8 build would quantise it twice"
     )
 
 

@@ -32,7 +32,13 @@ from workers.backends.base import (
     tool_version,
     with_defaults,
 )
-from workers.backends.graph_report import NOTHING_QUANTISED, onnx_graph_report, quantized_nodes
+from workers.backends.graph_report import (
+    NOTHING_QUANTISED,
+    histogram,
+    onnx_graph_report,
+    quantised_by_authors,
+    quantized_nodes,
+)
 from workers.errors import JobError
 from workers.fingerprint import cpu_flags_here
 
@@ -416,6 +422,7 @@ def _quantize_int8(build, build_config, calibration):
     """Quantise the source statically with the calibration data; return the QDQ model."""
     from onnxruntime import quantization
 
+    refuse_quantised(build.source)
     if calibration is None:
         raise JobError(NO_CALIBRATION)
     folder = build.workdir / "int8"
@@ -440,6 +447,22 @@ def _quantize_int8(build, build_config, calibration):
             use_external_data_format=external,
         )
     return quantized
+
+
+def refuse_quantised(source):
+    """Raise JobError when the source is quantised already (Q/DQ pairs, integer operators).
+
+    quantize_static would quantise it twice, and fails on its Q/DQ pairs with
+    errors that name neither the model nor the cause (a KeyError on a scale).
+    """
+    import onnx
+
+    why = quantised_by_authors(histogram(onnx.load(str(source), load_external_data=False)))
+    if why:
+        raise JobError(
+            f"int8: the model is {why}: build it with precision fp32, which runs its "
+            "quantised operators as they are"
+        )
 
 
 def _reduce_range(build, build_config):
