@@ -1,14 +1,18 @@
 """Turn an uploaded calibration or validation dataset into checked arrays.
 
 Two upload forms: an `.npz` of already-preprocessed tensors, loaded without
-unpickling; or a zip of images plus `labels.csv`, run through the model
+unpickling; or a zip of images plus their labels, run through the model
 version's own preprocessing code (single-input models). An `.npz` holds one
 array per model input, named after it (`np.savez(f, image=..., mask=...)`), or
 for a single-input model the array `inputs`; each has one sample per row and
-the same number of rows; `labels` (one class index per sample) is optional,
-and needed for validation. Either way the result is
-`{"inputs": {input name: ndarray}, "labels": ndarray | None}`, checked against
-the model's signature and input-shape contract before it is stored.
+the same number of rows. Labels are those of the version's task, optional, and
+needed for validation: a classifier's `labels` (one class index per sample) or
+labels.csv here; boxes, masks and strings in dataset_labels.py (which, and the
+arrays' checks) and label_formats.py (their files in an image zip). Either way
+the result is `{"inputs": {input name: ndarray}, "labels": class indices | None,
+"task": the labels' task or "", "targets": {stored label array: ndarray},
+"notes": [...]}`, checked against the model's signature and input-shape
+contract before it is stored.
 """
 
 import csv
@@ -18,11 +22,13 @@ import shutil
 import tempfile
 import zipfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image
 
+from deployhub.registry import dataset_labels, label_formats
 from deployhub.registry.archives import (
     Unpacking,
     UnsafeArchive,
@@ -58,23 +64,28 @@ def read_dataset(path, workdir, params, *, cap):
 
     Runs in the capped child process (registry/validate.py), which hands the web process
     only this small description; the samples are written to workdir/STORED. params: the
-    upload's filename, require_labels, and the version's inputs, contract, preprocessing;
+    upload's filename, require_labels, the version's inputs, contract, preprocessing and
+    task (the name of the task whose labels it takes; classification when absent);
     max_bytes caps an image zip's expansion.
     """
     source, arrays = _load_dataset(path, params, workdir, cap)
     check_against_contract(arrays["inputs"], params["inputs"], params["contract"])
     sha256, size = _write_npz(arrays, workdir / STORED)
-    return {"source": source, "sha256": sha256, "size": size, **describe(arrays)}
+    facts = {**describe(arrays), **describe_labels(arrays)}
+    return {"source": source, "sha256": sha256, "size": size, **facts}
 
 
 def _load_dataset(path, params, workdir, cap):
     names = [spec["name"] for spec in params["inputs"]]
     filename, require_labels = params["filename"].lower(), params["require_labels"]
+    task = params.get("task") or "classification"
     if filename.endswith(".npz"):
-        arrays = load_npz(path, names, require_labels=require_labels, cap=cap, workdir=workdir)
+        arrays = load_npz(
+            path, names, require_labels=require_labels, cap=cap, workdir=workdir, task=task
+        )
         return "npz", arrays
     if not filename.endswith(".zip"):
-        raise DatasetError("A dataset is an .npz file or a .zip of images with labels.csv.")
+        raise DatasetError("A dataset is an .npz file or a .zip of images with their labels.")
     if len(names) != 1:
         per_input = ", ".join(f"{name}=..." for name in names)
         raise DatasetError(
@@ -91,6 +102,7 @@ def _load_dataset(path, params, workdir, cap):
         cap=cap,
         require_labels=require_labels,
         input_name=names[0],
+        task=task,
     )
     return "images", arrays
 
@@ -98,12 +110,12 @@ def _load_dataset(path, params, workdir, cap):
 def _write_npz(arrays, path):
     """Store the samples as the workers read them: `inputs` for one input, else one per name.
 
+    The labels go beside them under their task's array names (`labels`, `label_boxes`, ...).
     Return the file's sha256 and size.
     """
     inputs = arrays["inputs"]
     payload = {"inputs": next(iter(inputs.values()))} if len(inputs) == 1 else dict(inputs)
-    if arrays.get("labels") is not None:
-        payload["labels"] = arrays["labels"]
+    payload.update(arrays["targets"])
     np.savez(path, **payload)
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -120,15 +132,34 @@ def load_npz(
     cap,
     workdir=None,
     max_array_bytes=MAX_ARRAY_BYTES,
+    task="classification",
 ):
-    """Load the samples of each model input (and `labels`) from an .npz; raise DatasetError."""
+    """Load the samples of each model input, and the task's labels, from an .npz.
+
+    The labels are the arrays of dataset_labels.ARRAYS for the task's kind; arrays for
+    another task's labels are refused. Raise DatasetError.
+    """
     # All arrays together: at most one full-size array per input, and the labels.
     limit = MAX_ARRAY_BYTES * (len(input_names) + 1)
-    with open_npz(path, workdir, cap=cap, max_total_bytes=limit) as npz:
+    with open_npz(path, workdir, cap=cap, max_total_bytes=limit) as npz, _label_errors():
         keys = _input_keys(npz.files, list(input_names))
+        found = dataset_labels.kinds_in_npz(npz.files)
+        read = dataset_labels.labels_task(found, task, require_labels=require_labels) or task
         inputs = {name: read_array(npz, key, max_array_bytes) for name, key in keys.items()}
-        labels = read_array(npz, "labels", max_array_bytes) if "labels" in npz.files else None
-    return _checked(inputs, labels, require_labels)
+        names = dataset_labels.ARRAYS.get(dataset_labels.label_kind(read), ())
+        targets = {
+            name: read_array(npz, name, max_array_bytes) for name in names if name in npz.files
+        }
+        return _checked(inputs, targets.pop("labels", None), require_labels, read, targets)
+
+
+@contextmanager
+def _label_errors():
+    """Report dataset_labels' refusals as this module's."""
+    try:
+        yield
+    except dataset_labels.LabelError as exc:
+        raise DatasetError(str(exc)) from exc
 
 
 def _input_keys(files, names):
@@ -254,21 +285,28 @@ def _guarded(key, read, *args):
         raise DatasetError(f"The '{key}' array could not be read: {exc}") from exc
 
 
-def _checked(inputs, labels, require_labels):
+def _checked(inputs, labels, require_labels, task="classification", targets=None, notes=()):
+    """Check the samples and their labels: a classifier's `labels`, or another task's targets."""
     if not inputs:
         raise DatasetError("The model lists no inputs, so a dataset has nothing to feed.")
     for name, samples in inputs.items():
         _check_inputs(samples, name)
     count = _sample_count(inputs)
+    checked = {"inputs": inputs, "labels": None, "task": "", "targets": {}, "notes": list(notes)}
+    if targets:
+        kind = dataset_labels.label_kind(task)
+        targets = dataset_labels.check_targets(kind, targets, count)
+        return {**checked, "task": task, "targets": targets}
     if labels is None:
-        if require_labels:
+        if require_labels and dataset_labels.label_kind(task) == "classes":
             raise DatasetError(
                 "The dataset has no labels; a validation dataset needs one integer class "
                 "label per sample."
             )
-        return {"inputs": inputs, "labels": None}
+        return checked
     _check_labels(labels, count)
-    return {"inputs": inputs, "labels": labels.astype(np.int64)}
+    labels = labels.astype(np.int64)
+    return {**checked, "labels": labels, "task": task, "targets": {"labels": labels}}
 
 
 def _check_inputs(samples, name):
@@ -315,17 +353,44 @@ def load_image_zip(
     max_pixels=MAX_PIXELS,
     max_array_bytes=MAX_ARRAY_BYTES,
     max_members=MAX_MEMBERS,
+    task="classification",
 ):
-    """Turn a zip of images plus labels.csv into the samples of input_name, preprocessed."""
+    """Turn a zip of images plus their labels into the samples of input_name, preprocessed.
+
+    A classifier's labels are labels.csv; other tasks' are read by label_formats and
+    mapped into the model input's pixels with the spec's resize and crop.
+    """
     preprocess = compile_preprocess(spec)
+    limits = (max_pixels, max_array_bytes)
     scratch = Path(tempfile.mkdtemp(prefix="dataset-", dir=workdir))
     try:
         root = _extract(path, scratch / "files", max_bytes, max_members, cap)
-        rows = _read_rows(root, require_labels)
-        inputs = _tensors(root, rows, preprocess, max_pixels, max_array_bytes)
-        return _checked({input_name: inputs}, _row_labels(rows), require_labels)
+        with _label_errors():
+            found = label_formats.kinds_in_archive(root, _image_files(root))
+            read = dataset_labels.labels_task(found, task, require_labels=require_labels)
+            if read is None or dataset_labels.label_kind(read) == "classes":
+                return _classified(
+                    root, preprocess, require_labels, read or task, input_name, limits
+                )
+            return _task_labelled(root, spec, preprocess, require_labels, read, input_name, limits)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _classified(root, preprocess, require_labels, task, input_name, limits):
+    """Read the images labels.csv lists (or all, unlabelled) with their class indices."""
+    need = require_labels and dataset_labels.label_kind(task) == "classes"
+    rows = _read_rows(root, need)
+    inputs, _ = _tensors(root, [name for name, _ in rows], preprocess, *limits)
+    return _checked({input_name: inputs}, _row_labels(rows), need, task)
+
+
+def _task_labelled(root, spec, preprocess, require_labels, task, input_name, limits):
+    """Read the images with another task's labels, mapped into the model input's pixels."""
+    labels = label_formats.archive_labels(root, task, _image_names(root))
+    inputs, sizes = _tensors(root, labels.names, preprocess, *limits)
+    targets, notes = labels.targets(sizes, spec)
+    return _checked({input_name: inputs}, None, require_labels, task, targets, notes)
 
 
 def _extract(path, dest, max_bytes, max_members, cap):
@@ -368,16 +433,22 @@ def _read_rows(root, require_labels):
 
 
 def _image_names(root):
-    names = sorted(
+    names = _image_files(root)
+    if not names:
+        raise DatasetError("The archive holds no images.")
+    return names
+
+
+def _image_files(root):
+    """Return the archive's images, sorted; a top-level masks/ folder holds labels, not samples."""
+    return sorted(
         p.relative_to(root).as_posix()
         for p in root.rglob("*")
         if p.is_file()
         and p.suffix.lower() in IMAGE_SUFFIXES
         and not any(_is_junk(part) for part in p.relative_to(root).parts)
+        and p.relative_to(root).parts[0] != "masks"
     )
-    if not names:
-        raise DatasetError("The archive holds no images.")
-    return names
 
 
 def _parse_labels_csv(reader, require_labels):
@@ -417,22 +488,25 @@ def _row_labels(rows):
     return np.array([label for _, label in rows], dtype=np.int64)
 
 
-def _tensors(root, rows, preprocess, max_pixels, max_array_bytes):
-    tensors = []
-    for name, _ in rows:
-        tensors.append(_tensor(root, name, preprocess, max_pixels))
-        if tensors[0].nbytes * len(rows) > max_array_bytes:
+def _tensors(root, names, preprocess, max_pixels, max_array_bytes):
+    """Return the preprocessed images, stacked, and each image's (width, height) as stored."""
+    tensors, sizes = [], []
+    for name in names:
+        tensor, size = _tensor(root, name, preprocess, max_pixels)
+        tensors.append(tensor)
+        sizes.append(size)
+        if tensors[0].nbytes * len(names) > max_array_bytes:
             raise DatasetError(
-                f"{len(rows)} images of {tensors[0].nbytes:,} bytes each exceed the "
+                f"{len(names)} images of {tensors[0].nbytes:,} bytes each exceed the "
                 f"{max_array_bytes:,} byte limit for a dataset."
             )
-    return np.stack(tensors)
+    return np.stack(tensors), sizes
 
 
 def _tensor(root, name, preprocess, max_pixels):
     with open_image(_member_path(root, name), name, max_pixels) as image:
         try:
-            return preprocess(image)
+            return preprocess(image), image.size
         except ValueError as exc:
             raise DatasetError(f"{name!r}: {exc}") from exc
 
@@ -564,9 +638,10 @@ def describe(arrays):
     """Summarise loaded dataset arrays for display and storage.
 
     One input: its sample shape and dtype. Several: input_shape lists {"name", "shape",
-    "dtype"} for each input, in the model's order, and input_dtype is empty.
+    "dtype"} for each input, in the model's order, and input_dtype is empty. classes:
+    the distinct classes the labels hold (None without labels, or for strings).
     """
-    inputs, labels = arrays["inputs"], arrays["labels"]
+    inputs, targets = arrays["inputs"], arrays["targets"]
     [first, *others] = inputs.values()
     if others:
         shape = [
@@ -580,6 +655,13 @@ def describe(arrays):
         "samples": len(first),
         "input_shape": shape,
         "input_dtype": dtype,
-        "labels": labels is not None,
-        "classes": len(np.unique(labels)) if labels is not None else None,
+        "labels": bool(targets),
+        "classes": dataset_labels.class_count(targets),
     }
+
+
+def describe_labels(arrays):
+    """Return the labels' task ("" without labels) and a line on what they hold."""
+    count = len(next(iter(arrays["inputs"].values())))
+    summary = dataset_labels.summarise(arrays["targets"], count, arrays["notes"])
+    return {"task": arrays["task"], "label_summary": summary}

@@ -222,10 +222,16 @@ class DatasetForm(forms.Form):
     file = forms.FileField(
         help_text=".npz with one array per model input, named after it, one sample per row "
         "and the same number of rows in each (np.savez(f, image=..., mask=..., labels=...); "
-        "a single-input model may call its array 'inputs'), plus 'labels' (one class index "
-        "per sample) for validation; each array in its input's dtype family (float inputs "
-        "also take integer pixels, bool inputs 0/1). Or, for a single-input model, a .zip of "
-        "images with labels.csv (filename,label), preprocessed with this version's spec."
+        "a single-input model may call its array 'inputs'), each in its input's dtype family "
+        "(float inputs also take integer pixels, bool inputs 0/1). Or, for a single-input "
+        "model, a .zip of images, preprocessed with this version's spec. Labels, needed for "
+        "validation, are those of the version's task. Classifier: 'labels' (a class index per "
+        "sample), or labels.csv (filename,label). Detection, keypoints, instance segmentation: "
+        "label_boxes (x1, y1, x2, y2 in model-input pixels), label_classes, label_sample (and "
+        "label_keypoints), or a COCO annotations.json or YOLO labels/<image stem>.txt, mapped "
+        "through the resize and crop. Semantic segmentation: label_masks, or "
+        "masks/<image stem>.png (class ids, 255 = ignore). Text recognition: label_texts, or "
+        "labels.txt (filename, tab, text)."
     )
 
 

@@ -475,7 +475,8 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
     """Check a calibration or validation dataset against the version and store it as .npz.
 
     The file is read in the capped child process (validate.py), which writes the checked
-    samples into the work folder; only that file and its description come back here.
+    samples into the work folder; only that file and its description come back here. Its
+    labels are those of the version's task (a classifier's when it declares none).
     """
     filename = check_filename(Path(uploaded_file.name or "").name or "")
     if version.model.datasets.filter(name=name).exists():
@@ -487,6 +488,7 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
             "inputs": version.inputs,
             "contract": version.contract,
             "preprocessing": version.preprocessing,
+            "task": (version.task or {}).get("task") or "classification",
             "max_bytes": settings.DEPLOYHUB_MAX_UPLOAD_BYTES,
         }
         facts = read_in_child("dataset", path, work, params, refusal=DatasetError)
@@ -504,6 +506,8 @@ def create_dataset(version, uploaded_file, user, *, kind, name):
             input_dtype=facts["input_dtype"],
             has_labels=facts["labels"],
             classes=facts["classes"],
+            task=facts["task"],
+            label_summary=facts["label_summary"],
             checked_against=version,
             created_by=user,
         )
