@@ -1,40 +1,50 @@
-"""The task-metric registry of the evaluate job: classification by default, others in one place."""
+"""The task registry the evaluate job scores with: classification by default, others by name."""
 
 import numpy as np
 import pytest
 
 from tests.conftest import ASSETS
 from tests.evaluation_inputs import MODEL, VALIDATION, session_runner
-from workers import evaluate as evaluate_module
 from workers.errors import JobError
-from workers.evaluate import METRICS, evaluate, register_metric, task_of
+from workers.evaluate import evaluate, task_of
+from workers.tasks import TASKS, Headline, Task, register
+from workers.tasks.classification import Classification
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """A copy of METRICS that a test may add to without touching the real one."""
-    metrics = dict(METRICS)
-    monkeypatch.setattr(evaluate_module, "METRICS", metrics)
-    return metrics
+def registry():
+    """TASKS, put back as it was after the test: a test may register a task of its own."""
+    saved = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(saved)
 
 
 def test_classification_is_registered_with_top1_as_its_headline():
-    metric = METRICS["classification"]
-    assert metric.headline == "top1" and metric.keys == ("top1", "top5")
-    logits = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1]])
-    assert metric.compute(logits, np.array([1, 2])) == {"top1": 0.5, "top5": 1.0}
+    task = TASKS["classification"]
+    assert task.labelled.key == "top1" and task.labelled_keys == ("top1", "top5")
+    objects = [{"scores": np.array([0.1, 0.9, 0.0])}, {"scores": np.array([0.8, 0.1, 0.1])}]
+    assert task.score(objects, {"labels": np.array([1, 2])}, {}) == {"top1": 0.5, "top5": 1.0}
 
 
 def test_an_evaluation_names_its_task_and_keeps_the_classification_keys():
     result = evaluate(session_runner(MODEL), MODEL, VALIDATION, {"max_samples": 20})
     assert result["task"] == "classification" and result["metric"] == "top1"
+    assert result["agreement_metric"] == "top1_agreement"
+    assert result["agreement"] == {"top1_agreement": result["top1_agreement"]}
     assert set(result["reference"]) == {"top1", "top5"} == set(result["engine"])
 
 
-def test_a_new_task_is_one_registered_function(registry):
-    @register_metric("top1-error", headline="agreeing", keys=("agreeing",))
-    def agreeing(outputs, labels):
-        return {"agreeing": float(np.mean(outputs.argmax(1) == labels))}
+def test_a_new_task_is_one_registered_class(registry):
+    @register
+    class Agreeing(Classification):
+        name = "top1-error"
+        labelled = Headline("agreeing", True, "agreeing")
+        labelled_keys = ("agreeing",)
+
+        def score(self, objects, labels, params):
+            best = [found["scores"].argmax() for found in objects]
+            return {"agreeing": float(np.mean(np.array(best) == labels["labels"]))}
 
     result = evaluate(
         session_runner(MODEL), MODEL, VALIDATION, {"max_samples": 20, "task": "top1-error"}
@@ -46,17 +56,22 @@ def test_a_new_task_is_one_registered_function(registry):
 
 def test_a_task_registered_twice_raises(registry):
     with pytest.raises(ValueError, match="already registered"):
-        register_metric("classification", headline="top1", keys=("top1",))
+        register(Classification)
 
 
 def test_a_headline_outside_the_keys_raises(registry):
+    class Segmentation(Task):
+        name = "segmentation"
+        labelled = Headline("miou", True, "mIoU")
+        labelled_keys = ("pixel_accuracy",)
+
     with pytest.raises(ValueError, match="headline"):
-        register_metric("segmentation", headline="miou", keys=("pixel_accuracy",))
+        register(Segmentation)
 
 
 def test_an_unknown_task_is_refused_by_name():
-    with pytest.raises(JobError, match="no metric is registered for the task 'detection'"):
-        task_of({"task": "detection"}, None)
+    with pytest.raises(JobError, match="no metric is registered for the task 'depth'"):
+        task_of({"task": "depth"}, None)
 
 
 def test_labels_that_are_not_class_indices_need_a_task(tmp_path):

@@ -4,92 +4,116 @@ The reference is the source ONNX model run in FP32 by ONNX Runtime on the CPU.
 Both run the same batches of samples, made by workers/feeds.py from the version's
 signature and contract (each input's dtype, the allowed batch, every input of
 the model); the first output is compared sample by sample, and every output's
-largest difference is reported. With labels, both are scored with the task's
-metric from METRICS (classification: top-1 and top-5 accuracy); adding a task
-is one registered function.
+largest difference is reported. The job's task (workers/tasks: classification
+when none is given) decodes both runs' outputs into objects (classes, boxes,
+masks, strings, vectors): their agreement needs no labels; with the task's label
+arrays in the dataset, both are scored too.
 """
-
-from typing import NamedTuple
 
 import numpy as np
 
 from workers import feeds as model_feeds
+from workers import tasks
 from workers.errors import Cancelled, JobError
 
 EPSILON = 1e-12
 PROGRESS_EVERY = 20
 
 
-class TaskMetric(NamedTuple):
-    """How a task is scored: compute(outputs, labels) -> {key: fraction}, higher is better.
-
-    headline is the key that accuracy tolerances are measured on, in points (x100).
-    """
-
-    task: str
-    headline: str
-    keys: tuple
-    compute: object
-
-
-# Task metrics by task name (register_metric adds one; a duplicate raises).
-METRICS = {}
-
-
-def register_metric(task, *, headline, keys):
-    """Register fn(outputs, labels) -> {key: float} as the metric of a task."""
-
-    if task in METRICS:
-        raise ValueError(f"a metric for the task {task!r} is already registered")
-    if headline not in keys:
-        raise ValueError(f"the headline metric {headline!r} is not one of {keys}")
-
-    def register(compute):
-        METRICS[task] = TaskMetric(task, headline, tuple(keys), compute)
-        return compute
-
-    return register
-
-
-def _topk_hits(logits, labels, k):
-    top = np.argsort(-logits, axis=1)[:, :k]
-    return float(np.mean([label in row for row, label in zip(top, labels, strict=True)]))
-
-
-@register_metric("classification", headline="top1", keys=("top1", "top5"))
-def classification(logits, labels):
-    """Top-1 and top-5 accuracy of class scores (samples x classes) against class indices."""
-    return {
-        "top1": _topk_hits(logits, labels, 1),
-        "top5": _topk_hits(logits, labels, min(5, logits.shape[1])),
-    }
-
-
 def task_of(params, labels):
-    """Return the metric to score with: the job's `task`, else classification.
+    """Return the job's task declaration {"task", "params"}, not yet checked against outputs.
 
-    Classification is the default when the labels are 1-D integers (or absent);
-    other labels need the job to name their task.
+    The job's `task` is a declaration, a task's name, or absent: classification, when
+    the labels (if any) are 1-D integers; other labels need the job to name their task.
     """
     task = params.get("task")
+    declaration = task if isinstance(task, dict) else {"task": task, "params": {}}
     if task:
-        if task not in METRICS:
-            known = ", ".join(sorted(METRICS))
-            raise JobError(f"no metric is registered for the task {task!r} (known: {known})")
-        return METRICS[task]
-    if labels is not None and (labels.ndim != 1 or labels.dtype.kind not in "iu"):
+        if declaration.get("task") not in tasks.TASKS:
+            known = ", ".join(sorted(tasks.TASKS))
+            raise JobError(
+                f"no metric is registered for the task {declaration.get('task')!r} (known: {known})"
+            )
+        return declaration
+    classes = (labels or {}).get("labels")
+    if classes is not None and (classes.ndim != 1 or classes.dtype.kind not in "iu"):
         raise JobError(
-            f"the labels are {labels.dtype} with shape {labels.shape}, not 1-D class indices: "
+            f"the labels are {classes.dtype} with shape {classes.shape}, not 1-D class indices: "
             "say which task they are for with the job's 'task' param"
         )
-    return METRICS["classification"]
+    return {"task": "classification", "params": {}}
+
+
+class Decoded:
+    """The objects a task decodes from the reference's and the engine's runs, side by side.
+
+    The declaration is checked against the outputs of the first run (names and shapes as
+    they come out), then every run is decoded with it.
+    """
+
+    def __init__(self, declaration, names):
+        self.declaration, self.names = declaration, names
+        self.task = tasks.TASKS[declaration["task"]]
+        self.params = None
+        self.reference, self.engine = [], []
+
+    def add_run(self, reference_outputs, engine_outputs, batch, real):
+        """Decode one run of both; keep the objects of its real samples."""
+        names = self.names
+        if not names or len(names) != len(reference_outputs):
+            names = [f"output_{index}" for index in range(len(reference_outputs))]
+        if self.params is None:
+            self.params = self._checked(names, reference_outputs)
+        decode = self.task.decode
+        self.reference.extend(decode(reference_outputs, names, self.params, batch, real))
+        self.engine.extend(decode(engine_outputs, names, self.params, batch, real))
+
+    def _checked(self, names, outputs):
+        """Return the declaration's params, normalised against the outputs of a run."""
+        described = [
+            {"name": name, "dtype": str(np.asarray(output).dtype), "shape": list(np.shape(output))}
+            for name, output in zip(names, outputs, strict=True)
+        ]
+        return tasks.normalise(self.declaration, described)["params"]
+
+    def result(self, labels, rows):
+        """Return the task's part of the result: agreement, and labelled metrics of both."""
+        task = self.task
+        agreement = task.agree(self.reference, self.engine, self.params)
+        labels = _task_labels(task, labels, rows, len(self.reference))
+        return {
+            "task": task.name,
+            "params": self.params,
+            "agreement": agreement,
+            "agreement_metric": task.agreement.key,
+            "metric": task.labelled.key if task.labelled else None,
+            "reference": _scores(task, self.reference, labels, self.params),
+            "engine": _scores(task, self.engine, labels, self.params),
+            "top1_agreement": agreement.get("top1_agreement"),
+        }
+
+
+def _task_labels(task, labels, rows, count):
+    """Return the task's label arrays, None when the dataset lacks one of them or when the
+    objects are not one per dataset row (then the labels cannot score them)."""
+    if not labels or not task.label_arrays or count != rows:
+        return None
+    if not all(name in labels for name in task.label_arrays):
+        return None
+    return {name: labels[name] for name in task.label_arrays}
+
+
+def _scores(task, objects, labels, params):
+    """Return a task's labelled metrics of objects (every key None without labels)."""
+    if labels is None or not objects:
+        return task.unscored()
+    return task.score(objects, labels, params)
 
 
 class Comparison:
-    """Running comparison of engine outputs against reference outputs."""
+    """Running comparison of engine outputs against reference outputs, number by number."""
 
     def __init__(self):
-        self.reference, self.engine = [], []
         self.max_abs = self.max_rel = self.sum_abs = self.sum_rel = 0.0
         self.cosines = []
         self.output_max_abs = []
@@ -131,16 +155,12 @@ class Comparison:
         self.sum_rel += relative.mean()
         norms = np.linalg.norm(reference) * np.linalg.norm(engine)
         self.cosines.append(float(reference @ engine / norms) if norms else 1.0)
-        self.reference.append(reference)
-        self.engine.append(engine)
 
-    def result(self, labels, metric=None):
-        metric = metric or METRICS["classification"]
+    def result(self):
+        """Return the numeric comparison: errors and cosines of the first output, per sample."""
         count = len(self.cosines)
-        reference, engine = np.stack(self.reference), np.stack(self.engine)
-        result = {
+        return {
             "samples": count,
-            "top1_agreement": float(np.mean(reference.argmax(1) == engine.argmax(1))),
             "max_abs_error": float(self.max_abs),
             "mean_abs_error": self.sum_abs / count,
             "max_rel_error": float(self.max_rel),
@@ -149,12 +169,6 @@ class Comparison:
             "cosine_mean": float(np.mean(self.cosines)),
             "output_max_abs_errors": [float(error) for error in self.output_max_abs],
         }
-        if labels is not None and len(labels) != count:
-            labels = None  # the outputs are not one per sample: the labels cannot score them
-        result["task"], result["metric"] = metric.task, metric.headline
-        result["reference"] = _task_metrics(metric, reference, labels)
-        result["engine"] = _task_metrics(metric, engine, labels)
-        return result
 
 
 def _max_abs_error(reference, engine, index=0):
@@ -170,21 +184,23 @@ def _max_abs_error(reference, engine, index=0):
     return float(np.abs(reference - engine).max()) if reference.size else 0.0
 
 
-def _task_metrics(metric, outputs, labels):
-    if labels is None:
-        return dict.fromkeys(metric.keys)
-    return {key: float(value) for key, value in metric.compute(outputs, labels).items()}
-
-
 def reference_runner(model_path):
     """Return (input metas, run(feeds) -> outputs) of the FP32 source: ONNX Runtime on the
     CPU, or PyTorch eager for a torch.export program (.pt2)."""
+    metas, _, run = reference_model(model_path)
+    return metas, run
+
+
+def reference_model(model_path):
+    """Return (input metas, output names or None, run(feeds) -> outputs) of the FP32 source."""
     if str(model_path).endswith(".pt2"):
-        return _eager_runner(model_path)
+        metas, run = _eager_runner(model_path)
+        return metas, None, run
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return list(session.get_inputs()), lambda feeds: session.run(None, feeds)
+    names = [output.name for output in session.get_outputs()]
+    return list(session.get_inputs()), names, lambda feeds: session.run(None, feeds)
 
 
 def _eager_runner(model_path):
@@ -210,15 +226,16 @@ def evaluate(
     """Compare run_engine(feeds) -> outputs with the FP32 source on a dataset; return metrics.
 
     model_io (the job's) says what the model takes; without it, the source's own inputs.
-    The params' batch_size, when given, is the batch fed; else the model's default.
+    The params' batch_size, when given, is the batch fed; else the model's default. The
+    params' task (a declaration, a name, or none: classification) decodes the outputs.
     """
-    metas, run_reference = reference_runner(model_path)
+    metas, names, run_reference = reference_model(model_path)
     source = model_feeds.input_specs(model_io or metas)
     arrays, labels = model_feeds.load_dataset(
         dataset_path, source, int(params.get("max_samples") or 1000), what="evaluation"
     )
     source = model_feeds.fitted(source, arrays)
-    metric = task_of(params, labels)
+    decoded = Decoded(task_of(params, labels), names or _declared_outputs(model_io))
     total, done, comparison = len(next(iter(arrays.values()))), 0, Comparison()
     for index, (feeds, real) in enumerate(
         model_feeds.dataset_batches(arrays, source, _batch_param(params))
@@ -226,11 +243,19 @@ def evaluate(
         if should_stop and should_stop():
             raise Cancelled()
         batch = model_feeds.batch_of(feeds, source)
-        comparison.add_run(run_reference(feeds), run_engine(feeds), batch, real)
+        reference_outputs, engine_outputs = run_reference(feeds), run_engine(feeds)
+        comparison.add_run(reference_outputs, engine_outputs, batch, real)
+        decoded.add_run(reference_outputs, engine_outputs, batch, real)
         done += real
         if progress and index % PROGRESS_EVERY == 0:
             progress(done / total, f"evaluated {done} of {total} samples")
-    return comparison.result(labels, metric)
+    return {**comparison.result(), **decoded.result(labels, total)}
+
+
+def _declared_outputs(model_io):
+    """Return the output names a job's model_io declares (None when it declares none)."""
+    outputs = (model_io or {}).get("outputs") if isinstance(model_io, dict) else None
+    return [output["name"] for output in outputs] if outputs else None
 
 
 def _batch_param(params):

@@ -19,8 +19,11 @@ non-batch axes take the contract's "opt" size.
 
 Datasets (.npz) keep one sample per row: the array `inputs` for a one-input
 model, or one array per model input named after it, all with the same number
-of rows; `labels` is optional. A model with an input without a batch axis is fed
-one row per run (its other inputs get that row as their batch).
+of rows. Label arrays are optional: `labels` and every `label_*` array (which
+tasks read which: workers/tasks). Most have a row per sample; the per-object
+ones (label_boxes, label_classes, label_keypoints) have a row per labelled
+object and `label_sample` gives each one's sample. A model with an input without
+a batch axis is fed one row per run (its other inputs get that row as their batch).
 """
 
 from dataclasses import dataclass
@@ -50,6 +53,8 @@ DTYPES = {
 ANY_BATCH = range(1, 2**31)
 # Random integers stay small and non-negative, so they are valid indices, ids and flags.
 INTEGER_HIGH = 2
+# Label arrays with a row per labelled object, not per sample: label_sample says whose.
+OBJECT_LABELS = ("label_boxes", "label_classes", "label_keypoints", "label_sample")
 
 
 @dataclass(frozen=True)
@@ -209,17 +214,19 @@ def random_array(rng, dtype, shape):
 
 
 def load_dataset(path, model_io_or_metas, max_samples=None, what="dataset"):
-    """Return ({input name: samples, one per row}, labels or None) from a dataset .npz.
+    """Return ({input name: samples, one per row}, {label array name: array} or None).
 
     A one-input model reads the array `inputs` (or one named after its input); a
     model with several inputs reads one array per input. Rows past max_samples are
-    left out; every array is checked against its input and cast to its dtype.
+    left out, of the labels too (per-object rows whose label_sample is past them);
+    every input array is checked against its input and cast to its dtype. Without a
+    label array (`labels`, `label_*`), the labels are None.
     """
     specs = input_specs(model_io_or_metas)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = _dataset_arrays(data, specs, what)
-            labels = data["labels"] if "labels" in data.files else None
+            labels = _label_arrays(data)
     except JobError:
         raise
     except (OSError, ValueError, EOFError) as error:
@@ -230,7 +237,45 @@ def load_dataset(path, model_io_or_metas, max_samples=None, what="dataset"):
     arrays = {spec.name: cast(arrays[spec.name][:count], spec, what) for spec in specs}
     for spec in fitted(specs, arrays):
         check_samples(spec, arrays[spec.name], what)
-    return arrays, None if labels is None else labels[:count]
+    return arrays, _labels_of_rows(labels, count, what)
+
+
+def _label_arrays(data):
+    """Return an open npz's label arrays ({name: array}), None when it has none."""
+    names = [name for name in data.files if name == "labels" or name.startswith("label_")]
+    return {name: data[name] for name in names} or None
+
+
+def _labels_of_rows(labels, count, what):
+    """Return the labels of the first count samples: per-sample arrays cut to count rows,
+    per-object arrays to the objects whose label_sample is below count."""
+    if labels is None:
+        return None
+    objects = [name for name in OBJECT_LABELS if name in labels]
+    if not objects:
+        return {name: array[:count] for name, array in labels.items()}
+    kept = _kept_objects(labels, objects, count, what)
+    return {
+        name: array[kept] if name in objects else array[:count] for name, array in labels.items()
+    }
+
+
+def _kept_objects(labels, objects, count, what):
+    """Return which per-object label rows belong to the first count samples; refuse
+    per-object arrays without label_sample, or of other lengths than it."""
+    sample = labels.get("label_sample")
+    if sample is None or sample.ndim != 1 or sample.dtype.kind not in "iu":
+        raise JobError(
+            f"the {what} dataset has {', '.join(objects)} but no 1-D integer 'label_sample' "
+            "saying which sample each row belongs to"
+        )
+    lengths = {name: len(labels[name]) for name in objects}
+    if len(set(lengths.values())) > 1:
+        described = ", ".join(f"{name!r}: {length}" for name, length in lengths.items())
+        raise JobError(
+            f"the {what} dataset's per-object label arrays disagree on rows: {described}"
+        )
+    return sample < count
 
 
 def cast(array, spec, what="dataset"):
