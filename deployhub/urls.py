@@ -67,6 +67,7 @@ urlpatterns = [
     ),
     path("versions/<int:pk>/derive", registry_views.version_derive, name="version_derive"),
     path("versions/<int:pk>/notes", registry_views.version_notes, name="version_notes"),
+    path("versions/<int:pk>/task", registry_views.version_task, name="version_task"),
     path("versions/<int:pk>/export", conversion_views.version_export, name="version_export"),
     path("versions/<int:pk>/convert", conversion_views.version_convert, name="version_convert"),
     path("versions/<int:pk>/datasets", registry_views.version_dataset, name="version_dataset"),

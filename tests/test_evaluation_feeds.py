@@ -66,7 +66,8 @@ def test_an_evaluate_job_carries_model_io_and_no_batch_of_its_own(
 
     assert body["model_io"]["contract"]["inputs"]["tokens"]["batch"] == {"sizes": [2]}
     assert [i["dtype"] for i in body["model_io"]["inputs"]] == ["float", "int64"]
-    assert set(body["params"]) == {"max_samples", "dataset"}
+    assert set(body["params"]) == {"max_samples", "dataset", "task"}  # no batch_size of its own
+    assert body["params"]["task"]["task"] == job.model_version.task["task"]
     assert set(body["inputs"]) == {"engine", "model", "dataset"}
 
 

@@ -456,6 +456,23 @@ def _compared_engine(job_run, inputs, engine, path, params):
     return create_session(engine_model_path(path), settings, preoptimized=True)
 
 
+def evaluation_summary(result):
+    """Say what an evaluation found in one line: the task's agreement with the source, then
+    its labelled headline when the dataset had labels."""
+    key = result["agreement_metric"]
+    agreement = result["agreement"].get(key)
+    shown = "not measured" if agreement is None else f"{agreement:.4f}"
+    line = f"evaluated {result['samples']} samples as {result['task']}: {key} {shown}"
+    metric = result.get("metric")
+    engine, reference = (result.get("engine") or {}), (result.get("reference") or {})
+    if metric and engine.get(metric) is not None:
+        line += f", {metric} {engine[metric]:.4f} (FP32 source {reference[metric]:.4f})"
+    return (
+        f"{line}, max abs error {result['max_abs_error']:.3g}, "
+        f"cosine min {result['cosine_min']:.5f}"
+    )
+
+
 def run_evaluate(job_run, inputs):
     """Compare the job's engine with its FP32 source on a dataset, on golden pairs, or both."""
     engine = job_run.job["inputs"].get(ENGINE_INPUT)
@@ -476,11 +493,7 @@ def run_evaluate(job_run, inputs):
     result = {}
     if "dataset" in inputs:
         result = evaluate(run_engine, source, inputs["dataset"], params, **watch)
-        job_run.log.add(
-            f"evaluated {result['samples']} samples: top-1 agreement "
-            f"{result['top1_agreement']:.4f}, max abs error {result['max_abs_error']:.3g}, "
-            f"cosine min {result['cosine_min']:.5f}"
-        )
+        job_run.log.add(evaluation_summary(result))
     if GOLDEN_INPUT in inputs:
         golden_params = params.get("golden") or {}
         result["golden"] = golden.evaluate_golden(

@@ -23,6 +23,7 @@ from deployhub.conversions.actions import (
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.golden import create_golden_set
 from deployhub.registry.models import Dataset, Model, VersionFormat
+from deployhub.registry.tasks import TaskRefused, declare_task
 from deployhub.registry.uploads import (
     DuplicateModelName,
     DuplicateVersion,
@@ -32,6 +33,7 @@ from deployhub.registry.uploads import (
 )
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
+from workers.tasks import TASKS
 
 
 def version_json(version):
@@ -52,6 +54,7 @@ def version_json(version):
         "external_data": version.external_data,
         "contract": version.contract,
         "preprocessing": version.preprocessing,
+        "task": version.task,
         "warnings": version.warnings,
         "parent": version.parent_id,
         "export_report": version.export_report,
@@ -250,6 +253,31 @@ def version_golden(request, pk):
         rtol=request.POST.get("rtol"),
     )
     return JsonResponse(golden_json(golden), status=201)
+
+
+@require_http_methods(["GET", "PUT", "POST"])
+@token_required
+@for_pipelines
+def version_task(request, pk):
+    """GET the version's task declaration; PUT {"task", "params"} to confirm or correct it."""
+    version = get_version_for_user(request, pk)
+    if request.method == "GET":
+        return JsonResponse(_task_json(version))
+    require_role(request.user, version.team, Role.ENGINEER)
+    body = json_body(request)
+    task = body.get("task") or version.task.get("task")
+    params = body.get(
+        "params", version.task.get("params", {}) if task == version.task.get("task") else {}
+    )
+    try:
+        declare_task(version, request.user, task, params)
+    except TaskRefused as exc:
+        raise BadInput(str(exc)) from exc
+    return JsonResponse(_task_json(version))
+
+
+def _task_json(version):
+    return {"version": version.pk, "tasks": sorted(TASKS), **version.task}
 
 
 @require_http_methods(["POST"])

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
-from deployhub.benchmarks.exports import ACCURACY_COPIED
+from deployhub.benchmarks.exports import ACCURACY_COPIED, task_figures
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.access import get_auto_run_for_user
@@ -19,6 +19,7 @@ from deployhub.jobs.models import JobKind
 from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
+from workers.tasks import TASKS
 
 LOG_TAIL_LINES = 50
 AUTO_PARAMS = ("device_class",)
@@ -163,7 +164,8 @@ def _accuracy_json(run, golden):
     return {
         "id": run.pk,
         **{field: getattr(run, field) for field in ACCURACY_COPIED},
-        "top1_drop_points": run.metric_drop_points,
+        **task_figures(run),
+        "top1_drop_points": run.metric_drop_points if run.metric == "top1" else None,
         "within_tolerance": run.within_tolerance,
         "golden_passed": golden.passed if golden else None,
     }
@@ -254,6 +256,7 @@ def device_class_json(device_class):
         },
         "memory_limit_mb": device_class.memory_limit_mb,
         "accuracy_tolerance_points": device_class.accuracy_tolerance,
+        "task_tolerances": {task: device_class.tolerance_for(task)._asdict() for task in TASKS},
         "backends": device_class.backends,
         "online_devices": [device.name for device in device_class.online_devices()],
     }

@@ -33,6 +33,7 @@ urlpatterns = [
     path("versions/<int:pk>/datasets", catalog.version_datasets, name="api_version_datasets"),
     path("versions/<int:pk>/golden", catalog.version_golden, name="api_version_golden"),
     path("versions/<int:pk>/convert", catalog.version_convert, name="api_version_convert"),
+    path("versions/<int:pk>/task", catalog.version_task, name="api_version_task"),
     path("versions/<int:pk>/benchmarks", results.version_benchmarks, name="api_version_benchmarks"),
     path("engines/<int:pk>/benchmarks", results.engine_benchmarks, name="api_engine_benchmarks"),
     path("models/<int:pk>/results", results.model_results_json, name="api_model_results"),

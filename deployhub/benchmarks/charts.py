@@ -79,14 +79,13 @@ def _engine_latency(runs):
 
 
 def accuracy_latency_figure(runs, accuracy_runs):
-    """Top-1 accuracy (or agreement with FP32 without labels) against each engine's p99.
+    """The task's headline (labelled, else agreement with FP32) against each engine's p99.
 
     The p99 per image is the figure a real-time gate judges and auto mode ranks a
-    real-time class's builds by; the axis says so.
+    real-time class's builds by; the axis says so, and the y axis names the headline.
     """
-    figure = _figure(
-        "Accuracy against latency", "p99 latency per image (ms)", "top-1 (or agreement)"
-    )
+    names = sorted({run.headline for run in accuracy_runs}) or ["accuracy"]
+    figure = _figure("Accuracy against latency", "p99 latency per image (ms)", " / ".join(names))
     latency = _engine_latency(runs)
     groups = defaultdict(list)
     for run in accuracy_runs:
@@ -96,7 +95,7 @@ def accuracy_latency_figure(runs, accuracy_runs):
         figure.add_trace(
             go.Scatter(
                 x=[latency[run.engine_id] for run in points],
-                y=[run.top1 if run.top1 is not None else run.top1_agreement for run in points],
+                y=[run.headline_value for run in points],
                 mode="markers+text",
                 marker={
                     "size": 11,

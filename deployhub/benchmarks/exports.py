@@ -84,6 +84,15 @@ ACCURACY_COLUMNS = [
     "precision",
     "dataset",
     "samples",
+    "task",
+    "headline",
+    "headline_value",
+    "metric",
+    "reference_metric",
+    "engine_metric",
+    "drop_points",
+    "agreement_metric",
+    "agreement",
     "reference_top1",
     "top1",
     "reference_top5",
@@ -167,10 +176,26 @@ def accuracy_row(run):
         "precision": engine.build_config.get("precision") or "fp32",
         "dataset": run.dataset.name if run.dataset else None,
         **{field: getattr(run, field) for field in ACCURACY_COPIED},
-        "top1_drop_points": run.metric_drop_points,
-        "tolerance_points": engine.device_class.accuracy_tolerance,
+        **task_figures(run),
+        "top1_drop_points": run.metric_drop_points if run.metric == "top1" else None,
+        "tolerance_points": engine.device_class.tolerance_for(run.task).drop,
         "within_tolerance": run.within_tolerance,
         "created_at": run.created_at.isoformat(),
+    }
+
+
+def task_figures(run):
+    """Return what an accuracy run is judged on, by name: its task's headline and agreement."""
+    return {
+        "task": run.task,
+        "headline": run.headline,
+        "headline_value": run.headline_value,
+        "metric": run.metric if run.labelled else None,
+        "reference_metric": run.reference_value,
+        "engine_metric": run.engine_value,
+        "drop_points": run.metric_drop_points,
+        "agreement_metric": run.agreement_metric or "top1_agreement",
+        "agreement": run.agreement_value,
     }
 
 

@@ -14,6 +14,7 @@ from deployhub.jobs.models import JobKind
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
+from deployhub.registry.tasks import inherited_task
 from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, local_copy, save_version
 from workers.convert import CONVERT_OPSET, MIN_OPSET
 
@@ -137,6 +138,7 @@ def _save_child(job, artifact, info, path, result):
         preprocessing=parent.preprocessing,
         contract=_child_contract(parent, info["inputs"]),
         export_report=result,
+        task=inherited_task(parent, info),
         created_by=job.created_by,
         **{key: value for key, value in info.items() if key in VERSION_FIELDS},
     )

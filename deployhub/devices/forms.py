@@ -1,5 +1,6 @@
 from django import forms
 
+from deployhub import accuracy
 from deployhub.devices.models import DeviceClass, ServingPattern
 
 GATE_FIELDS = [
@@ -9,6 +10,7 @@ GATE_FIELDS = [
     "batch_latency_ceiling_ms",
     "memory_limit_mb",
     "accuracy_tolerance",
+    "task_tolerances",
 ]
 
 
@@ -28,7 +30,10 @@ class DeviceClassEditForm(forms.ModelForm):
             "description": forms.Textarea(attrs={"rows": 2}),
             "trusts_builds_of": forms.CheckboxSelectMultiple,
         }
-        labels = {"trusts_builds_of": "Runs engines built by"}
+        labels = {
+            "trusts_builds_of": "Runs engines built by",
+            "task_tolerances": "Tolerances per task (JSON)",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -55,6 +60,12 @@ class DeviceClassEditForm(forms.ModelForm):
         if tolerance is not None and tolerance < 0:
             raise forms.ValidationError("The accuracy tolerance cannot be negative.")
         return tolerance
+
+    def clean_task_tolerances(self):
+        try:
+            return accuracy.checked_overrides(self.cleaned_data["task_tolerances"] or {})
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def clean(self):
         data = super().clean()

@@ -10,6 +10,7 @@ from django.db import connection, models
 from django.urls import reverse
 from django.utils import timezone
 
+from deployhub import accuracy
 from deployhub.choices import ChoiceSet
 from deployhub.handwritten import Columns, split
 from deployhub.teams.models import TokenFailures
@@ -99,6 +100,10 @@ class DeviceClass(models.Model):
     def builder_classes(self):
         """Return the classes whose engines this class runs: itself and those it trusts."""
         return [self, *self.trusts_builds_of.all()]
+
+    def tolerance_for(self, task):
+        """Return this class's accuracy tolerance for a task (deployhub/accuracy.py)."""
+        return accuracy.tolerance_for(task, self.accuracy_tolerance, self.task_tolerances)
 
     @property
     def budget_fps(self):

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub import accuracy
 from deployhub.devices.access import get_device_class_for_user, get_device_for_user
 from deployhub.devices.actions import set_draining
 from deployhub.devices.forms import (
@@ -20,6 +21,7 @@ from deployhub.devices.models import Device
 from deployhub.devices.pages import class_sections, device_sections
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
+from workers.tasks import TASKS
 
 
 @login_required
@@ -61,6 +63,10 @@ def _class_context(request, device_class, **extra):
         **class_sections.context(device_class),
         "device_class": device_class,
         "devices": device_class.devices.all(),
+        "task_tolerances": [
+            (task, accuracy.describe_tolerance(task, device_class.tolerance_for(task)))
+            for task in TASKS
+        ],
         "jobs": device_class.jobs.select_related("model_version__model")[:10],
         "edit_form": DeviceClassEditForm(instance=device_class),
         **_budget_calculator(request, device_class),

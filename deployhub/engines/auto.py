@@ -329,8 +329,8 @@ def advance_for_job(job):
         advance(run)
 
 
-def _accuracy_ok(accuracy, tolerance):
-    return not accuracy.tolerance_breach(tolerance)
+def _accuracy_ok(accuracy, device_class):
+    return not accuracy.tolerance_breach(device_class)
 
 
 def _golden_ok(build):
@@ -352,8 +352,8 @@ def ms_per_image(build):
 
 
 def _score(build):
-    accuracy = build.accuracy
-    return accuracy.top1 if accuracy.top1 is not None else accuracy.top1_agreement
+    """The build's accuracy in its task's headline, higher is better (AccuracyRun.score)."""
+    return build.accuracy.score
 
 
 def rank(run):
@@ -368,11 +368,11 @@ def rank(run):
 def _judge(run):
     """Mark each measured build's budget, tolerance and Pareto flags; return the measured."""
     measured = [b for b in run.builds.all() if not b.error and b.benchmark and b.accuracy]
-    tolerance = run.device_class.accuracy_tolerance
     for build in measured:
         verdict = build.benchmark.gate().verdict
         build.meets_budget = {GateVerdict.MEETS: True, GateVerdict.MISSES: False}.get(verdict)
-        build.within_tolerance = _accuracy_ok(build.accuracy, tolerance) and _golden_ok(build)
+        within = _accuracy_ok(build.accuracy, run.device_class)
+        build.within_tolerance = within and _golden_ok(build)
         # Speed as the recommendation reads it (the side-by-side run's where there was one),
         # so the recommended build is never shown off the front its own figure decides.
         point = (_decisive_ms(build), _score(build))

@@ -53,13 +53,21 @@ def accuracy_gate(engine):
     run = next(iter(newest(engine, "accuracy")), None)
     if run is None:
         return Gate("accuracy", GateStatus.MISSING, "No evaluation yet: evaluate the engine.")
-    tolerance = engine.device_class.accuracy_tolerance
-    if breach := run.tolerance_breach(tolerance):
+    tolerance = engine.device_class.tolerance_for(run.task)
+    if breach := run.tolerance_breach(engine.device_class):
         return Gate("accuracy", GateStatus.FAILED, f"Evaluation #{run.pk}: {breach}.", run)
+    bound = tolerance.drop if run.labelled else tolerance.agreement
     reason = (
-        f"Evaluation #{run.pk} on {run.samples} samples is within the tolerance ({tolerance:g})."
+        f"Evaluation #{run.pk} on {run.samples} samples is within the tolerance: "
+        f"{run.headline} {run.headline_value:.4g} ({_bound_text(run, bound)})."
     )
     return Gate("accuracy", GateStatus.PASSED, reason, run)
+
+
+def _bound_text(run, bound):
+    if run.labelled:
+        return f"{run.metric_drop_points:.2f} points from the FP32 reference, at most {bound:g}"
+    return f"bound {bound:g}"
 
 
 def golden_gate(engine):

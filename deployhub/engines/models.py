@@ -7,6 +7,7 @@ from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils.functional import cached_property
 
+from deployhub import accuracy
 from deployhub.choices import ChoiceSet
 from deployhub.jobs.models import JobState
 
@@ -165,7 +166,7 @@ class Engine(models.Model):
 
         flags = []
         latest = next(iter(newest(self, "accuracy")), None)
-        if latest and (breach := latest.tolerance_breach(self.device_class.accuracy_tolerance)):
+        if latest and (breach := latest.tolerance_breach(self.device_class)):
             flags.append(f"outside the accuracy tolerance: {breach}")
         golden = latest_per(newest(self, "golden_runs"), "golden_set_id")
         return flags + [run.reason for run in golden if not run.passed]
@@ -301,6 +302,16 @@ class AutoRun(models.Model):
 
     def get_absolute_url(self):
         return reverse("auto_run_detail", args=[self.pk])
+
+    @property
+    def task(self):
+        """The task the builds are judged in: the version's declaration (a classifier's if none)."""
+        return self.model_version.task.get("task") or accuracy.CLASSIFICATION
+
+    @property
+    def tolerance_text(self):
+        """The class's tolerance for the version's task, in words (deployhub/accuracy.py)."""
+        return accuracy.describe_tolerance(self.task, self.device_class.tolerance_for(self.task))
 
     @property
     def team(self):

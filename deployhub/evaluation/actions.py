@@ -28,6 +28,8 @@ def request_evaluation(
     if golden_set is not None and golden_set.model_version_id != version.pk:
         raise EvaluationRefused(f"The golden set {golden_set.name!r} belongs to another version.")
     params = {"max_samples": max_samples, **(extra_params or {})}
+    if version.task.get("task"):  # how the worker reads the outputs (workers/tasks)
+        params["task"] = {"task": version.task["task"], "params": version.task.get("params", {})}
     if dataset is not None:
         params["dataset"] = dataset.pk
     if golden_set is not None:

@@ -7,6 +7,7 @@ come from one evaluate job (deployhub/evaluation/actions.py).
 
 from django.db import models
 
+from deployhub import accuracy
 from deployhub.jobs.errors import ResultRejected
 from deployhub.registry.models import Dataset, GoldenSet
 
@@ -75,7 +76,7 @@ class AccuracyRun(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self):
-        return f"accuracy of {self.engine}: agreement {self.top1_agreement:.3f}"
+        return f"accuracy of {self.engine}: {self.agreement_metric} {self.agreement_value}"
 
     @classmethod
     def record(cls, job, result):
@@ -83,6 +84,7 @@ class AccuracyRun(models.Model):
         try:
             reference, engine = result.get("reference") or {}, result.get("engine") or {}
             dataset = Dataset.objects.filter(pk=job.params.get("dataset")).first()
+            task, agreement_metric, agreement = _agreement(result)
             return cls.objects.create(
                 job=job,
                 engine=job.engine,
@@ -92,7 +94,10 @@ class AccuracyRun(models.Model):
                 reference_top5=reference.get("top5"),
                 top1=engine.get("top1"),
                 top5=engine.get("top5"),
-                top1_agreement=float(result["top1_agreement"]),
+                top1_agreement=_optional_float(result.get("top1_agreement")),
+                task=task,
+                agreement=agreement,
+                agreement_metric=agreement_metric,
                 max_abs_error=float(result["max_abs_error"]),
                 mean_abs_error=float(result["mean_abs_error"]),
                 cosine_min=float(result["cosine_min"]),
@@ -104,48 +109,91 @@ class AccuracyRun(models.Model):
 
     @property
     def metric(self):
-        """The task metric tolerances are measured on (workers/evaluate.py METRICS)."""
+        """The labelled headline key of the run's task ("top1", "map", "cer")."""
         return self.details.get("metric") or "top1"
+
+    def _labelled(self, which):
+        if self.metric == "top1":
+            return self.reference_top1 if which == "reference" else self.top1
+        return (self.details.get(which) or {}).get(self.metric)
+
+    @property
+    def reference_value(self):
+        """The FP32 source's labelled headline on the dataset (None without labels)."""
+        return self._labelled("reference")
+
+    @property
+    def engine_value(self):
+        """The engine's labelled headline on the dataset (None without labels)."""
+        return self._labelled("engine")
+
+    @property
+    def labelled(self):
+        return self.reference_value is not None and self.engine_value is not None
 
     @property
     def metric_drop_points(self):
-        """Task metric (top-1) lost against the FP32 reference, in points (None without labels)."""
-        if self.metric == "top1":
-            before, after = self.reference_top1, self.top1
-        else:
-            before, after = (
-                (self.details.get(k) or {}).get(self.metric) for k in ("reference", "engine")
-            )
-        if before is None or after is None:
-            return None
-        return (before - after) * 100
+        """Labelled headline lost against the FP32 reference, in points (None without labels).
 
-    def tolerance_breach(self, tolerance):
-        """Say how this run falls outside a tolerance in task-metric points; '' when within.
-
-        Without labels, top-1 agreement with the FP32 reference stands in: below
-        1 - tolerance / 100 is outside. The one definition every page and auto mode use.
+        Lost means worse: a CER that rose by 0.4 points is a drop of 0.4.
         """
-        drop = self.metric_drop_points
-        if drop is not None:
-            if drop <= tolerance:
-                return ""
-            return (
-                f"{self.metric} {drop:.2f} points below the FP32 reference "
-                f"(tolerance {tolerance:g})"
-            )
-        floor = 1 - tolerance / 100
-        if self.top1_agreement >= floor:
-            return ""
-        return (
-            f"top-1 agrees with the FP32 reference on {self.top1_agreement:.1%} of samples "
-            f"(tolerance: at least {floor:.1%})"
+        if not self.labelled:
+            return None
+        return accuracy.points_lost(self.task, self.reference_value, self.engine_value)
+
+    @property
+    def headline(self):
+        """The name of the figure the run is judged on ("mAP@0.5:0.95", "detection F1")."""
+        return accuracy.headline_name(self.task, self.labelled)
+
+    @property
+    def headline_value(self):
+        """The engine's value of that figure."""
+        return self.engine_value if self.labelled else self.agreement_value
+
+    @property
+    def agreement_value(self):
+        """The task's headline agreement with the FP32 source (top-1 agreement, F1, cosine)."""
+        return self.agreement if self.agreement is not None else self.top1_agreement
+
+    @property
+    def score(self):
+        """One number, higher is better, to rank builds by (accuracy.score)."""
+        return accuracy.score(self.task, after=self.engine_value, agreement=self.agreement_value)
+
+    def tolerance_breach(self, device_class):
+        """Say how this run falls outside its class's tolerance for its task; '' when within.
+
+        Labelled: the headline's points lost; else the agreement headline against its bound
+        (accuracy.breach). The one definition every page and auto mode use.
+        """
+        return accuracy.breach(
+            self.task,
+            device_class.tolerance_for(self.task),
+            before=self.reference_value,
+            after=self.engine_value,
+            agreement=self.agreement_value,
         )
 
     @property
     def within_tolerance(self):
         """Whether the run is within its engine's class's accuracy tolerance."""
-        return not self.tolerance_breach(self.engine.device_class.accuracy_tolerance)
+        return not self.tolerance_breach(self.engine.device_class)
+
+
+def _optional_float(value):
+    return None if value is None else float(value)
+
+
+def _agreement(result):
+    """Return (task, agreement headline key, its value) of an evaluate result.
+
+    A result from before tasks (a classifier's) has only top1_agreement.
+    """
+    task = result.get("task") or accuracy.CLASSIFICATION
+    key = result.get("agreement_metric") or "top1_agreement"
+    value = (result.get("agreement") or {}).get(key, result.get(key))
+    return task, key, _optional_float(value)
 
 
 class GoldenRun(models.Model):

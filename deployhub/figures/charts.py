@@ -22,8 +22,6 @@ from deployhub.figure_style import (
     precision_colour,
 )
 
-ACCURACY_TITLES = {"top1": "top-1 accuracy", "agreement": "top-1 agreement with FP32"}
-
 
 def _config_text(mapping):
     text = ", ".join(f"{key}={value}" for key, value in sorted(mapping.items()))
@@ -55,7 +53,7 @@ def hover(point, facet):
             f"build: {_config_text(point.build_config)}",
             f"toolchain: {_config_text(point.tool_versions)}",
             speed,
-            f"{ACCURACY_TITLES[facet.accuracy_kind]}: {facet.accuracy(point):.4f}",
+            f"{facet.title}: {facet.accuracy(point):.4f}",
             f"peak memory: {memory}",
             *flags,
         ]
@@ -231,7 +229,7 @@ def tradeoff_figure(explorer):
         axis = _axis_suffix(column)
         x_title = "ms per image (log)" if facet.device_class.is_batch else "p99 latency, ms (log)"
         layout[f"xaxis{axis}"].update(type="log", title={"text": x_title})
-        layout[f"yaxis{axis}"]["title"] = {"text": ACCURACY_TITLES[facet.accuracy_kind]}
+        layout[f"yaxis{axis}"]["title"] = {"text": facet.title}
     if facets:
         layout["annotations"] = [
             _title_annotation(_facet_title(f), d) for f, d in zip(facets, domains, strict=True)

@@ -49,11 +49,10 @@ def side(engine, role):
 
 
 def accuracy_value(accuracy):
-    """Top-1 in points when labelled, else agreement with the FP32 source in points."""
-    if accuracy is None:
+    """The task's headline in points: labelled (mAP, top-1), else agreement with the FP32 source."""
+    if accuracy is None or accuracy.headline_value is None:
         return None
-    value = accuracy.top1 if accuracy.top1 is not None else accuracy.top1_agreement
-    return value * 100
+    return accuracy.headline_value * 100
 
 
 def delta_lines(deltas):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from django.db.models import F, Max, Q
 from django.urls import reverse
 
+from deployhub import accuracy
 from deployhub.benchmarks.models import PRECISION_NAMES, WIDE_MARGIN, BenchmarkRun, Scenario
 from deployhub.devices.models import DeviceClass, ServingPattern
 from deployhub.engines.models import Engine
@@ -30,7 +31,19 @@ BENCHMARK_FIELDS = (
     "peak_rss_mb",
     "peak_device_memory_mb",
 )
-ACCURACY_FIELDS = ("id", "engine_id", "top1", "reference_top1", "top1_agreement", "samples")
+ACCURACY_FIELDS = (
+    "id",
+    "engine_id",
+    "top1",
+    "reference_top1",
+    "top1_agreement",
+    "samples",
+    "task",
+    "agreement",
+    "details__metric",
+    "details__reference",
+    "details__engine",
+)
 ENGINE_FIELDS = (
     "id",
     "backend",
@@ -130,8 +143,37 @@ class Point:
         return (self.accuracy or {}).get("top1")
 
     @property
+    def task(self):
+        return (self.accuracy or {}).get("task") or accuracy.CLASSIFICATION
+
+    @property
     def agreement(self):
-        return (self.accuracy or {}).get("top1_agreement")
+        """The task's headline agreement with the FP32 source (top-1 agreement, F1, cosine)."""
+        run = self.accuracy or {}
+        return (
+            run.get("agreement") if run.get("agreement") is not None else run.get("top1_agreement")
+        )
+
+    def _labelled(self, which):
+        run = self.accuracy or {}
+        metric = run.get("details__metric") or "top1"
+        if metric == "top1":
+            return run.get("reference_top1" if which == "reference" else "top1")
+        return (run.get(f"details__{which}") or {}).get(metric)
+
+    @property
+    def reference_value(self):
+        """The FP32 source's labelled headline (mAP, mIoU, CER, top-1); None without labels."""
+        return self._labelled("reference")
+
+    @property
+    def engine_value(self):
+        """The engine's labelled headline; None without labels."""
+        return self._labelled("engine")
+
+    @property
+    def labelled(self):
+        return self.reference_value is not None and self.engine_value is not None
 
     def meets_budget(self):
         """Whether the latest benchmark meets the class's gate (as BenchmarkRun.gate judges)."""
@@ -151,15 +193,17 @@ class Point:
         return fast and (not dc.memory_limit_mb or memory is None or memory <= dc.memory_limit_mb)
 
     def within_tolerance(self):
-        """Whether the latest evaluation is within the class's tolerance (top-1 points, else
-        agreement with the FP32 source), as AccuracyRun.tolerance_breach says."""
-        run = self.accuracy
-        if run is None:
+        """Whether the latest evaluation is within the class's tolerance for its task, as
+        AccuracyRun.tolerance_breach says (deployhub/accuracy.py)."""
+        if self.accuracy is None:
             return False
-        tolerance = self.device_class.accuracy_tolerance
-        if run["top1"] is not None and run["reference_top1"] is not None:
-            return (run["reference_top1"] - run["top1"]) * 100 <= tolerance
-        return run["top1_agreement"] >= 1 - tolerance / 100
+        return not accuracy.breach(
+            self.task,
+            self.device_class.tolerance_for(self.task),
+            before=self.reference_value,
+            after=self.engine_value,
+            agreement=self.agreement,
+        )
 
 
 def _latest_ids(runs):

@@ -1,16 +1,19 @@
 """The trade-off explorer: accuracy against latency, memory as size, one facet per device class.
 
 x is the latency the class's gate judges (p99 for a real-time class, milliseconds per
-image at the measured batch for a batch class; log scale), y the accuracy (top-1 with
-labels, else top-1 agreement with the FP32 source), marker size the peak memory. The
+image at the measured batch for a batch class; log scale), y the accuracy in the task's
+headline (mAP, mIoU, CER, top-1 with labels; else agreement with the FP32 source: detection
+F1, mask IoU, exact strings, cosine, top-1 agreement), marker size the peak memory. The
 Pareto frontier over the three is marked, the frame budget is a vertical line, the
 accuracy tolerance a band, the production engine is ringed.
 """
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.http import QueryDict
 
+from deployhub import accuracy
 from deployhub.engines.models import Engine
 from deployhub.figures.pareto import pareto_front
 from deployhub.figures.points import load_points
@@ -97,7 +100,18 @@ class Facet:
 
     device_class: object
     points: list
-    accuracy_kind: str  # "top1" or "agreement"
+    accuracy_kind: str  # "labelled" (the task's headline on labels) or "agreement" (vs FP32)
+
+    @property
+    def task(self):
+        """The task the points are judged in (a model's engines share their version's task)."""
+        tasks = Counter(point.task for point in self.points)
+        return tasks.most_common(1)[0][0] if tasks else accuracy.CLASSIFICATION
+
+    @property
+    def title(self):
+        """The y axis: the task's headline by name ("mAP@0.5:0.95", "detection F1 vs FP32")."""
+        return accuracy.headline_name(self.task, self.accuracy_kind == "labelled")
 
     @property
     def budget_ms(self):
@@ -110,22 +124,39 @@ class Facet:
     @property
     def band(self):
         """(low, high) of the accuracy the class's tolerance accepts, on this facet's y."""
-        tolerance = self.device_class.accuracy_tolerance / 100
+        tolerance = self.device_class.tolerance_for(self.task)
+        spec = accuracy.task_of(self.task)
         if self.accuracy_kind == "agreement":
-            return (1.0 - tolerance, 1.0)
-        references = [p.accuracy["reference_top1"] for p in self.points]
-        reference = max((r for r in references if r is not None), default=None)
-        return None if reference is None else (reference - tolerance, reference)
+            bound = tolerance.agreement
+            if bound is None:
+                return None
+            return (bound, 1.0) if spec.agreement.higher_is_better else (0.0, bound)
+        references = [p.reference_value for p in self.points if p.reference_value is not None]
+        if not references or tolerance.drop is None:
+            return None
+        if spec.labelled.higher_is_better:
+            reference = max(references)
+            return (reference - tolerance.drop / 100, reference)
+        reference = min(references)
+        return (reference, reference + tolerance.drop / 100)
 
     def accuracy(self, point):
-        return point.top1 if self.accuracy_kind == "top1" else point.agreement
+        """The point's y: its labelled headline, or its agreement with the FP32 source."""
+        return point.engine_value if self.accuracy_kind == "labelled" else point.agreement
+
+    def score(self, point):
+        """The point's y with higher better, for the Pareto front (a CER is negated)."""
+        value = self.accuracy(point)
+        if self.accuracy_kind == "labelled":
+            return accuracy.score(self.task, after=value)
+        return accuracy.score(self.task, agreement=value)
 
 
 def make_facet(device_class, points):
     """Return the class's facet, its Pareto points marked (point.pareto)."""
-    labelled = all(p.top1 is not None for p in points) and points
-    facet = Facet(device_class, points, "top1" if labelled else "agreement")
-    axes = [(p.latency_ms, facet.accuracy(p), p.memory_mb) for p in points]
+    labelled = all(p.labelled for p in points) and points
+    facet = Facet(device_class, points, "labelled" if labelled else "agreement")
+    axes = [(p.latency_ms, facet.score(p), p.memory_mb) for p in points]
     front = set(pareto_front(axes))
     for index, point in enumerate(points):
         point.pareto = index in front

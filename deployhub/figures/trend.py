@@ -26,7 +26,7 @@ class Metric:
 METRICS = {
     "latency": Metric("latency at the gate (p99 ms; ms per image for batch)", True, "latency_ms"),
     "speed": Metric("fps at p99 (img/s for batch)", False, "figure"),
-    "accuracy": Metric("top-1 agreement with FP32", False, "agreement"),
+    "accuracy": Metric("agreement with FP32 (the task's headline)", False, "agreement"),
     "memory": Metric("peak memory (MB)", True, "memory_mb"),
 }
 

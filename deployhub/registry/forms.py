@@ -18,6 +18,7 @@ from workers.preprocessing import (
     SpecError,
     validate_spec,
 )
+from workers.tasks import TASKS
 
 JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
 
@@ -270,3 +271,32 @@ class ModelSearchForm(forms.Form):
     @property
     def active(self):
         return self.is_valid() and any(self.cleaned_data.values())
+
+
+class TaskForm(forms.Form):
+    """Confirm or correct what a version does and how to read its outputs (workers/tasks)."""
+
+    task = forms.ChoiceField(choices=[])
+    params = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        required=False,
+        help_text='JSON: the head\'s layout and how to read it, e.g. {"head": "anchors_last", '
+        '"box_format": "cxcywh", "score_threshold": 0.25, "iou_threshold": 0.45}. '
+        "Leave it empty for the task's defaults.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["task"].choices = [(name, task.label) for name, task in TASKS.items()]
+
+    def clean_params(self):
+        raw = self.cleaned_data["params"].strip()
+        if not raw:
+            return {}
+        try:
+            params = json_input.parse(raw, "params")
+        except json_input.JSONInputError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        if not isinstance(params, dict):
+            raise forms.ValidationError('The params are a JSON object: {"key": value}.')
+        return params

@@ -13,11 +13,19 @@ The model page takes parts the same way (contribute_to_model_page): figures draw
 the model's home there (explorer, best engine per class, exports).
 """
 
+import json
+
 from django.shortcuts import render
 
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.diff import diff_versions
-from deployhub.registry.forms import DatasetForm, DeriveVersionForm, EditNotesForm, GoldenSetForm
+from deployhub.registry.forms import (
+    DatasetForm,
+    DeriveVersionForm,
+    EditNotesForm,
+    GoldenSetForm,
+    TaskForm,
+)
 from deployhub.sections import Sections
 from workers.backends.known import BACKENDS
 from workers.preprocessing import generate_code
@@ -86,6 +94,12 @@ def _registry_part(version):
             initial={"notes": version.notes, "tags": ", ".join(version.tags)}
         ),
         "dataset_form": DatasetForm(),
+        "task_form": TaskForm(
+            initial={
+                "task": version.task.get("task"),
+                "params": json.dumps(version.task.get("params", {}), indent=1),
+            }
+        ),
         "golden_form": GoldenSetForm(),
         "code": generate_code(version.preprocessing, title=str(version))
         if version.preprocessing

@@ -42,6 +42,7 @@ from deployhub.registry.models import (
     dataset_upload_path,
     version_upload_path,
 )
+from deployhub.registry.tasks import proposed_task
 from deployhub.registry.validate import validate_in_child
 from deployhub.teams.models import Event
 from workers.preprocessing import SpecError, validate_spec
@@ -401,6 +402,7 @@ def create_version(model, uploaded_file, user, *, notes="", preprocessing=None, 
             contract=contract,
             created_by=user,
             warnings=contract_warnings(contract, info["inputs"], gpu=False),
+            task=proposed_task(info),
             **{key: value for key, value in info.items() if key in VERSION_FIELDS},
         )
         return save_version(version, path)
@@ -463,6 +465,7 @@ def derive_version(source, user, *, notes="", preprocessing=None, contract=None)
         external_data=source.external_data,
         preprocessing=spec,
         contract=contract,
+        task=source.task,
         parent=source,
         notes=notes,
         created_by=user,

@@ -17,6 +17,7 @@ from deployhub.registry.forms import (
     GoldenSetForm,
     ModelSearchForm,
     NewModelForm,
+    TaskForm,
     VersionUploadForm,
 )
 from deployhub.registry.golden import GoldenError, create_golden_set
@@ -24,6 +25,7 @@ from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model
 from deployhub.registry.pages import model_context, models_list_sections, version_page
 from deployhub.registry.signals import version_uploaded
+from deployhub.registry.tasks import TaskRefused, declare_task
 from deployhub.registry.uploads import (
     ContractRefused,
     DuplicateModelName,
@@ -183,6 +185,25 @@ def version_notes(request, pk):
         )
         messages.success(request, "Notes and tags saved.")
     return redirect(version)
+
+
+@login_required
+@require_POST
+def version_task(request, pk):
+    """Confirm or correct what the version does and how its outputs are read."""
+    version = get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    form = TaskForm(request.POST)
+    if form.is_valid():
+        try:
+            declare_task(
+                version, request.user, form.cleaned_data["task"], form.cleaned_data["params"]
+            )
+            messages.success(request, f"{version} is declared a {version.task['task']} model.")
+            return redirect(f"{version.get_absolute_url()}#task")
+        except TaskRefused as exc:
+            form.add_error("params", str(exc))
+    return version_page(request, version, status=400, task_form=form)
 
 
 @login_required

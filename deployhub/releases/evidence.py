@@ -247,13 +247,23 @@ def _benchmark_deltas(candidate, production):
 
 
 def _accuracy_delta(candidate, production):
-    """Top-1 (points) when both runs have labels, else top-1 agreement (points)."""
+    """The task's labelled headline (points) when both runs have labels, else its agreement.
+
+    The delta names its figure ("mAP@0.5:0.95", "detection F1 vs FP32"): metric is its key.
+    """
     if candidate is None or production is None:
         return None
-    labelled = candidate.top1 is not None and production.top1 is not None
-    metric = "top1" if labelled else "top1_agreement"
-    points = _delta(getattr(candidate, metric) * 100, getattr(production, metric) * 100)
-    return {"metric": metric, **points}
+    labelled = candidate.labelled and production.labelled
+    if labelled:
+        metric, name = candidate.metric, candidate.headline
+        values = candidate.engine_value, production.engine_value
+    else:
+        metric, name = candidate.agreement_metric or "top1_agreement", candidate.headline
+        values = candidate.agreement_value, production.agreement_value
+    if None in values:
+        return None
+    points = _delta(values[0] * 100, values[1] * 100)
+    return {"metric": metric, "name": name, **points}
 
 
 def _comparison_sentence(current, deltas, toolchain, fingerprint):
@@ -267,8 +277,7 @@ def _comparison_sentence(current, deltas, toolchain, fingerprint):
         parts.append(f"{label} {delta['delta']:+.2f} {unit}" if delta else f"{label} unmeasured")
     accuracy = deltas["accuracy"]
     if accuracy:
-        metric = "top-1" if accuracy["metric"] == "top1" else "top-1 agreement"
-        parts.append(f"{metric} {accuracy['delta']:+.2f} points")
+        parts.append(f"{accuracy['name']} {accuracy['delta']:+.2f} points")
     else:
         parts.append("accuracy unevaluated")
     changed = describe_differences({**toolchain, **fingerprint}) or "the same toolchain"
