@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workers.errors import JobError
-from workers.tasks import DEFAULT_TOLERANCES, TASKS, TaskError, normalise
+from workers.tasks import DEFAULT_TOLERANCES, TASKS, TaskError, normalise, propose
 
 
 def output(name, shape, dtype="float32"):
@@ -124,8 +124,23 @@ def test_it_fills_the_defaults_and_reads_classes_from_the_shape():
             "score_threshold": 0.25,
             "iou_threshold": 0.45,
             "max_detections": 300,
+            "image_size": None,
         },
     }
+
+
+def test_it_clips_boxes_to_the_image_it_proposes_from_the_input():
+    inputs = [{"name": "images", "dtype": "float", "shape": [1, 3, 40, 64]}]
+    outputs = [output("out", [1, 6, 100])]
+    declaration = propose(inputs, outputs)
+    assert declaration["params"]["image_size"] == [40, 64]
+    row = np.zeros((1, 6, 100), dtype=np.float32)
+    row[0, :, 0] = [60, 38, 20, 10, 0.9, 0.1]  # centre near the corner: x2 70, y2 43
+    [found] = TASKS["detection"].decode([row], ["out"], declaration["params"], 1, 1)
+    assert found["boxes"].tolist() == [[50.0, 33.0, 64.0, 40.0]]
+    unclipped = {**declaration["params"], "image_size": None}
+    [found] = TASKS["detection"].decode([row], ["out"], unclipped, 1, 1)
+    assert found["boxes"].tolist() == [[50.0, 33.0, 70.0, 43.0]]
 
 
 def test_extra_channels_after_the_class_scores_are_declared():

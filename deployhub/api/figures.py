@@ -27,7 +27,9 @@ def _facet(facet):
     return {
         "device_class": facet.device_class.slug,
         "latency": "ms per image" if facet.device_class.is_batch else "p99 ms",
+        "task": facet.task,
         "accuracy": facet.accuracy_kind,
+        "accuracy_metric": facet.title,
         "budget_ms": facet.budget_ms,
         "tolerance_band": facet.band,
         "points": [_point(facet, point) for point in facet.points],

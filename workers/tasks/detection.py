@@ -41,6 +41,7 @@ PARAMS = (
     "score_threshold",
     "iou_threshold",
     "max_detections",
+    "image_size",
 )
 DEFAULTS = {"score_threshold": 0.25, "iou_threshold": 0.45, "max_detections": 300}
 # Channels before the class scores: the box, and for anchors_first the objectness.
@@ -115,7 +116,24 @@ def detection_params(task, params, outputs, heads=HEADS, extra=0):
     fraction(task, filled, "score_threshold")
     fraction(task, filled, "iou_threshold")
     whole(task, filled, "max_detections", 1)
+    _check_image_size(task, filled)
     return {key: filled[key] for key in PARAMS if key in filled}
+
+
+def _check_image_size(task, params):
+    """Refuse an image_size that is not [height, width] in pixels (None: boxes are not clipped)."""
+    size = params.setdefault("image_size", None)
+    if size is None:
+        return
+    if (
+        not isinstance(size, list | tuple)
+        or len(size) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size)
+    ):
+        raise TaskError(
+            f"{task} param 'image_size' must be [height, width] in pixels, or null, got {size!r}"
+        )
+    params["image_size"] = list(size)
 
 
 def _head(task, params, outputs, heads):
@@ -223,7 +241,17 @@ def _channel_count(task, params, outputs):
 
 
 def detections(outputs, names, params, batch, real):
-    """Return each real sample's detections: boxes xyxy, scores, classes, extras [k, E]."""
+    """Return each real sample's detections: boxes xyxy, scores, classes, extras [k, E]; boxes
+    clipped to the image (image_size), as YOLO's own post-processing clips them."""
+    found = _detections(outputs, names, params, batch, real)
+    if params.get("image_size"):
+        height, width = params["image_size"]
+        for sample in found:
+            sample["boxes"] = np.clip(sample["boxes"], 0, [width, height, width, height])
+    return found
+
+
+def _detections(outputs, names, params, batch, real):
     head = params["head"]
     if head == "nms_outputs":
         roles = params["outputs"]

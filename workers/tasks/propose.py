@@ -17,6 +17,9 @@ EMBEDDING_WORDS = ("emb", "feat", "vector", "descriptor", "hidden")
 HEATMAP_WORDS = ("heatmap",)
 # A class map or heatmap is at least this many pixels high and wide.
 MIN_MAP_SIZE = 8
+# The tasks whose boxes are clipped to the image, and the channel counts an image has.
+BOX_TASKS = ("detection", "instance_segmentation", "keypoints")
+IMAGE_CHANNELS = (1, 3, 4)
 
 
 def propose(inputs, outputs, operators=None):
@@ -26,16 +29,31 @@ def propose(inputs, outputs, operators=None):
     for rule in (_graph_nms, _instance_segmentation, _one_output):
         found = rule(inputs or [], outputs, operators)
         if found:
-            return _checked(*found, outputs)
+            return _checked(*found, outputs, inputs or [])
     return _generic(f"{len(outputs)} outputs that fit no known head: each is compared with FP32")
 
 
-def _checked(task, params, why, outputs):
+def _checked(task, params, why, outputs, inputs=()):
     """Return a proposal with its params normalised; generic when they do not hold."""
+    if task in BOX_TASKS and (size := image_size(inputs)):
+        params = {**params, "image_size": size}
     try:
         return {"task": task, "params": TASKS[task].normalise(params, outputs), "why": why}
     except TaskError as error:
         return _generic(f"{why}, but {error}: every output is compared with FP32 instead")
+
+
+def image_size(inputs):
+    """Return [height, width] of the first image-shaped input (NCHW or NHWC), when fixed."""
+    for spec in inputs:
+        shape = shape_of(spec)
+        if len(shape) != 4 or not all(known(dim) and dim for dim in shape[1:]):
+            continue
+        if shape[1] in IMAGE_CHANNELS:
+            return [shape[2], shape[3]]
+        if shape[3] in IMAGE_CHANNELS:
+            return [shape[1], shape[2]]
+    return None
 
 
 def _generic(why):
