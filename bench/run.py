@@ -629,6 +629,113 @@ def bench_auto_mode():
     return rows
 
 
+# A detector with a trained-like output distribution (tests/conformance_models.py): the
+# corpus's YOLOv8-style head at 128 x 128, strides 8 and 16 (320 anchors), random weights
+# but class scores that leave a few boxes an image above 0.25, in input pixels.
+DETECTOR_SIZE, DETECTOR_LEVELS = 128, ((8, 32), (16, 64))
+
+
+def detector_subject(work):
+    """The detector written into work, with datasets whose labels are its own detections."""
+    from dataclasses import replace
+
+    from tests.conformance_models import (
+        BY_NAME,
+        DetectorShape,
+        Input,
+        datasets,
+        write_yolov8_anchors_last,
+    )
+
+    shape = DetectorShape(DETECTOR_SIZE, DETECTOR_LEVELS)
+    model = replace(
+        BY_NAME["yolov8_anchors_last"],
+        name="detector",
+        write=partial(write_yolov8_anchors_last, shape=shape, name="detector"),
+        inputs=(Input("images", "float32", (3, DETECTOR_SIZE, DETECTOR_SIZE)),),
+    )
+    onnx_path = model.write(work)
+    paths = {}
+    for kind, data in zip(("calibration", "validation"), datasets(model, onnx_path), strict=True):
+        paths[kind] = work / f"detector-{kind}.npz"
+        paths[kind].write_bytes(data)
+    notes = "random weights, trained-like scores: a few boxes an image"
+    return AutoSubject("detector", onnx_path, paths, eager=None, notes=notes)
+
+
+def print_task_builds(subject, run):
+    """Print each build's figures in its task's terms, or why it did not run (to stderr)."""
+    for build in run.builds.all():
+        accuracy = build.accuracy
+        if build.benchmark and accuracy:
+            what = (
+                f"p50 {build.benchmark.latency_p50_ms:.3g} ms, {accuracy.headline} "
+                f"{accuracy.headline_value:.4f}, "
+                f"{accuracy.tolerance_breach(run.device_class) or 'within tolerance'}"
+            )
+        else:
+            what = (build.error or build.skipped).splitlines()[0][:120]
+        print(f"bench: auto mode on {subject.name}, {build}: {what}", file=sys.stderr)
+    print(f"bench: auto mode on {subject.name}: {run.summary}", file=sys.stderr)
+
+
+def time_builds_side_by_side(subject, run, work):
+    """Time every measured build of the run in turn at batch 1, in this process; return ms."""
+    import numpy as np
+
+    builds = {name: load_build(build, work) for name, build in measured_builds(run).items()}
+    with np.load(subject.datasets["validation"]) as data:
+        feeds = {"images": data["inputs"][:1]}
+    return time_side_by_side({name: partial(infer, feeds) for name, infer in builds.items()})
+
+
+def fastest_within_tolerance_row(subject, run, here):
+    """Row: the recommended build against the fastest build within the task's tolerance."""
+    builds = measured_builds(run)
+    best = run.recommended
+    name = f"{best.backend} {best.precision}"
+    within = {key: ms for key, ms in here.items() if builds[key].within_tolerance}
+    fastest = min(within, key=within.get)
+    accuracy = best.accuracy
+    return row(
+        f"{subject.name}: recommended ({name}, {accuracy.headline} "
+        f"{accuracy.headline_value:.3f}) vs fastest build within the "
+        f"{accuracy.task.replace('_', ' ')} tolerance ({len(within)} of {len(builds)}), "
+        f"side by side, batch 1 ({fastest}, {here[name]:.3g} vs {within[fastest]:.3g} ms)",
+        here[name] / within[fastest],
+        "×",
+        HAND_PICKED_MARGIN,
+    )
+
+
+def bench_detector():
+    """Row: auto mode on a detector, its pick vs the fastest build within the detection
+    tolerance (mAP against its own detections), timed side by side here."""
+    from deployhub.devices.models import Device
+    from deployhub.teams.models import Team
+
+    team, user, device_class, device, token = setup_fleet_for(
+        Team.objects.create(name="Detector bench", slug="detector-bench")
+    )
+    work = Path(tempfile.mkdtemp(prefix="deployhub-detector-"))
+    try:
+        subject = detector_subject(work)
+        version = upload_subject(subject, team, user)
+        if version.task.get("task") != "detection":
+            raise SystemExit(f"bench: the detector was proposed as {version.task}")
+        stack = Stack(token, device)
+        try:
+            wait_for(lambda: Device.objects.get(pk=device.pk).fingerprint, 60, "a fingerprint")
+            run = finish_auto_run(version, device_class, user)
+        finally:
+            stack.stop()
+        print_task_builds(subject, run)
+        here = time_builds_side_by_side(subject, run, work)
+        return [fastest_within_tolerance_row(subject, run, here)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def bench_conformance():
     """Row: the conformance corpus through auto mode (scripts/conformance.py), as a share.
 
@@ -676,6 +783,7 @@ BENCHES = [
     bench_upload_memory,
     bench_compile_reuse,
     bench_auto_mode,
+    bench_detector,
     bench_harness_overhead,
     bench_conformance,
     bench_figures,

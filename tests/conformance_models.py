@@ -20,10 +20,12 @@ source model's own top-1 (ONNX Runtime on the CPU), so the reference top-1 is
 """
 
 import io
+import logging
 import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -65,6 +67,10 @@ class CorpusModel:
     batch: int = 1  # the batch the source runs at (a fixed batch other than 1)
     needs_torch: bool = False
     notes: str = field(default="", compare=False)
+    # The task the upload must be proposed as, and params its team then declares (a
+    # recogniser's charset; None: the proposal stands as it is).
+    task: str = "classification"
+    task_params: dict | None = field(default=None, compare=False)
 
     def samples(self, count, seed):
         """Return {input name: array of `count` samples} for the model's inputs."""
@@ -567,6 +573,377 @@ def write_conv_ir10_opset21(folder):
     return _save(_model(graph, 21, 10), folder, "conv_ir10_opset21")
 
 
+# Models of other tasks, written as their exporters write them (random weights) ---------------
+
+DETECTOR_CLASSES = 4
+
+
+class DetectorShape(NamedTuple):
+    """A detector's input size and levels: (stride, anchor size in pixels) each."""
+
+    size: int
+    levels: tuple
+
+    @property
+    def anchors(self):
+        return sum((self.size // stride) ** 2 for stride, _ in self.levels)
+
+
+# The corpus's detectors: 16x16 + 8x8 = 320 anchors at 32x32.
+DETECTOR = DetectorShape(32, ((2, 8), (4, 16)))
+# Trained-like scores: a trained detector is sure of most anchors. Class logits are
+# SCORE_GAIN * (z - Z_THRESHOLD) plus a little of the features, where z ~ N(0, 1) is a
+# projection of the input pixels under the anchor: a few anchors an image pass a 0.25
+# score, the others sit far below it (not thousands of 0.5-score boxes).
+SCORE_GAIN, Z_THRESHOLD = 8.0, 2.8
+NMS_KEEP = 100  # rows of the in-graph NMS outputs (EfficientNMS's keepTopK), zero-padded
+SEGMENTER_CLASSES = 5
+CHARSET = "-0123456789abcdef"  # a CTC token t is CHARSET[t]; token 0 is the blank
+EMBEDDING_SIZE = 32
+
+
+def _const(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def _conv_silu(rng, source, out, channels, width, stride=1):
+    """Return (nodes, inits) of a 3x3 Conv then SiLU written as torch exports it (x * sigmoid)."""
+    nodes = [
+        helper.make_node(
+            "Conv",
+            [source, f"{out}_w", f"{out}_b"],
+            [f"{out}_conv"],
+            pads=[1] * 4,
+            strides=[stride] * 2,
+        ),
+        helper.make_node("Sigmoid", [f"{out}_conv"], [f"{out}_gate"]),
+        helper.make_node("Mul", [f"{out}_conv", f"{out}_gate"], [out]),
+    ]
+    inits = [
+        _weights(rng, f"{out}_w", (width, channels, 3, 3), (2 / (9 * channels)) ** 0.5),
+        _weights(rng, f"{out}_b", (width,), 0.1),
+    ]
+    return nodes, inits
+
+
+def _anchor_grid(size, stride):
+    """Return [1, 2, A] of each anchor's (x, y) cell corner offset in pixels, row by row."""
+    cells = size // stride
+    ys, xs = np.meshgrid(np.arange(cells), np.arange(cells), indexing="ij")
+    grid = np.stack([xs.reshape(-1), ys.reshape(-1)])[None].astype(np.float32)
+    return (grid - 0.5) * stride
+
+
+def _detector_level(rng, level, feature, width, shape):
+    """Return (nodes, inits) of one level's head: p{level}_xy, _wh [N, 2, A], _cls [N, C, A].
+
+    YOLOv5's box decoding, in input pixels: xy = (2 sigmoid(t) - 0.5 + cell) * stride,
+    wh = (2 sigmoid(t))^2 * anchor.
+    """
+    stride, anchor = shape.levels[level]
+    p, classes = f"p{level}_", DETECTOR_CLASSES
+    direction = rng.normal(size=(classes, 3))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    # A pooled pixel has a standard deviation of 1 / stride: z is scaled back to N(0, 1).
+    forced = direction * SCORE_GAIN * stride
+    nodes = [
+        helper.make_node("Conv", [feature, f"{p}box_w", f"{p}box_b"], [f"{p}box"]),
+        helper.make_node("Conv", [feature, f"{p}cls_w", f"{p}cls_b"], [f"{p}learned"]),
+        helper.make_node(
+            "AveragePool",
+            ["images"],
+            [f"{p}pixels"],
+            kernel_shape=[stride] * 2,
+            strides=[stride] * 2,
+        ),
+        helper.make_node("Conv", [f"{p}pixels", f"{p}z_w", f"{p}z_b"], [f"{p}forced"]),
+        helper.make_node("Add", [f"{p}learned", f"{p}forced"], [f"{p}cls_map"]),
+        helper.make_node("Reshape", [f"{p}cls_map", f"{p}cls_shape"], [f"{p}cls"]),
+        helper.make_node("Reshape", [f"{p}box", f"{p}box_shape"], [f"{p}box_flat"]),
+        helper.make_node("Sigmoid", [f"{p}box_flat"], [f"{p}box_sig"]),
+        helper.make_node("Split", [f"{p}box_sig", "two_two"], [f"{p}sxy", f"{p}swh"], axis=1),
+        helper.make_node("Mul", [f"{p}sxy", f"{p}xy_scale"], [f"{p}xy_cells"]),
+        helper.make_node("Add", [f"{p}xy_cells", f"{p}grid"], [f"{p}xy"]),
+        helper.make_node("Mul", [f"{p}swh", f"{p}swh"], [f"{p}wh_sq"]),
+        helper.make_node("Mul", [f"{p}wh_sq", f"{p}wh_scale"], [f"{p}wh"]),
+    ]
+    inits = [
+        _weights(rng, f"{p}box_w", (4, width, 1, 1), 0.05),
+        _weights(rng, f"{p}box_b", (4,), 0.1),
+        _weights(rng, f"{p}cls_w", (classes, width, 1, 1), 0.1),
+        _weights(rng, f"{p}cls_b", (classes,), 0.1),
+        _const(f"{p}z_w", forced.reshape(classes, 3, 1, 1)),
+        _const(f"{p}z_b", np.full(classes, -SCORE_GAIN * Z_THRESHOLD)),
+        _const(f"{p}cls_shape", [0, classes, -1], np.int64),
+        _const(f"{p}box_shape", [0, 4, -1], np.int64),
+        _const(f"{p}xy_scale", 2.0 * stride),
+        _const(f"{p}grid", _anchor_grid(shape.size, stride)),
+        _const(f"{p}wh_scale", 4.0 * anchor),
+    ]
+    return nodes, inits
+
+
+def _detector_body(rng, shape):
+    """Return (nodes, inits) of a detector on images [N, 3, size, size].
+
+    A stride-2 3x3 conv (SiLU) per halving of the image, 8 channels doubling up to 64,
+    down to the coarsest level; each level's head reads the features at its stride.
+    Leaves xy, wh [N, 2, A] (box centre and size in input pixels) and cls [N, C, A]
+    (class logits), anchors row by row, level after level.
+    """
+    nodes, inits, features = [], [], {1: ("images", 3)}
+    stride = 1
+    while stride < shape.levels[-1][0]:
+        source, channels = features[stride]
+        width = min(8 * stride, 64)
+        stride *= 2
+        more, weights = _conv_silu(rng, source, f"f{stride}", channels, width, stride=2)
+        nodes, inits, features[stride] = nodes + more, inits + weights, (f"f{stride}", width)
+    for level, (stride, _) in enumerate(shape.levels):
+        more, weights = _detector_level(rng, level, *features[stride], shape)
+        nodes, inits = nodes + more, inits + weights
+    for part in ("xy", "wh", "cls"):
+        parts = [f"p{level}_{part}" for level in range(len(shape.levels))]
+        nodes.append(helper.make_node("Concat", parts, [part], axis=2))
+    inits.append(_const("two_two", [2, 2], np.int64))
+    return nodes, inits
+
+
+def _detector_graph(name, head, outputs, shape, batch="N"):
+    """Return the graph of the detector body (seeded by name) and a head (nodes, inits)."""
+    nodes, inits = _detector_body(_rng(name), shape)
+    images = helper.make_tensor_value_info("images", FLOAT, [batch, 3, shape.size, shape.size])
+    return helper.make_graph(nodes + head[0], name, [images], outputs, initializer=inits + head[1])
+
+
+def write_yolov8_anchors_last(folder, shape=DETECTOR, name="yolov8_anchors_last"):
+    """YOLOv8/v11's output0 [N, 4 + C, A]: cx, cy, w, h in pixels, then C class scores."""
+    head = [
+        helper.make_node("Sigmoid", ["cls"], ["scores"]),
+        helper.make_node("Concat", ["xy", "wh", "scores"], ["output0"], axis=1),
+    ]
+    output = helper.make_tensor_value_info(
+        "output0", FLOAT, ["N", 4 + DETECTOR_CLASSES, shape.anchors]
+    )
+    graph = _detector_graph("yolov8", (head, []), [output], shape)
+    return _save(_model(graph, 17, 8), folder, name)
+
+
+def write_yolov5_anchors_first(folder):
+    """YOLOv5/v7's output [N, A, 5 + C]: cx, cy, w, h, objectness, then C class scores."""
+    head = [
+        helper.make_node("ReduceMax", ["cls"], ["best"], axes=[1], keepdims=1),
+        helper.make_node("Sigmoid", ["best"], ["objectness"]),
+        helper.make_node("Sigmoid", ["cls"], ["scores"]),
+        helper.make_node("Concat", ["xy", "wh", "objectness", "scores"], ["rows"], axis=1),
+        helper.make_node("Transpose", ["rows"], ["output"], perm=[0, 2, 1]),
+    ]
+    anchors = DETECTOR.anchors
+    output = helper.make_tensor_value_info("output", FLOAT, ["N", anchors, 5 + DETECTOR_CLASSES])
+    graph = _detector_graph("yolov5", (head, []), [output], DETECTOR)
+    return _save(_model(graph, 17, 8), folder, "yolov5_anchors_first")
+
+
+def _nms_head():
+    """Return (nodes, inits): NonMaxSuppression over xyxy boxes, its picks gathered and padded
+    with zeros to NMS_KEEP rows, as TensorRT's EfficientNMS lays them out (batch 1)."""
+    keep = NMS_KEEP
+    nodes = [
+        helper.make_node("Mul", ["wh", "half"], ["half_wh"]),
+        helper.make_node("Sub", ["xy", "half_wh"], ["top_left"]),
+        helper.make_node("Add", ["xy", "half_wh"], ["bottom_right"]),
+        helper.make_node("Concat", ["top_left", "bottom_right"], ["corners"], axis=1),
+        helper.make_node("Transpose", ["corners"], ["boxes"], perm=[0, 2, 1]),
+        helper.make_node("Sigmoid", ["cls"], ["scores"]),
+        helper.make_node(
+            "NonMaxSuppression",
+            ["boxes", "scores", "per_class", "iou", "threshold"],
+            ["selected"],
+        ),
+        helper.make_node("Gather", ["selected", "class_column"], ["picked_class"], axis=1),
+        helper.make_node("Gather", ["selected", "box_column"], ["picked_box"], axis=1),
+        helper.make_node("Gather", ["boxes", "picked_box"], ["picked_boxes"], axis=1),
+        helper.make_node("GatherND", ["scores", "selected"], ["picked_scores"]),
+        helper.make_node("Unsqueeze", ["picked_scores", "zero_axis"], ["picked_scores_1"]),
+        helper.make_node("Unsqueeze", ["picked_class", "zero_axis"], ["picked_class_1"]),
+        helper.make_node("Concat", ["picked_boxes", "no_boxes"], ["padded_boxes"], axis=1),
+        helper.make_node("Concat", ["picked_scores_1", "no_scores"], ["padded_scores"], axis=1),
+        helper.make_node("Concat", ["picked_class_1", "no_classes"], ["padded_classes"], axis=1),
+        helper.make_node("Slice", ["padded_boxes", "start", "keep", "one"], ["det_boxes"]),
+        helper.make_node("Slice", ["padded_scores", "start", "keep", "one"], ["det_scores"]),
+        helper.make_node("Slice", ["padded_classes", "start", "keep", "one"], ["det_classes"]),
+        helper.make_node("Shape", ["selected"], ["selected_shape"], end=1),
+        helper.make_node("Min", ["selected_shape", "keep"], ["kept"]),
+        helper.make_node("Unsqueeze", ["kept", "zero_axis"], ["num_dets"]),
+    ]
+    inits = [
+        _const("half", 0.5),
+        _const("per_class", [keep], np.int64),
+        _const("iou", [0.45]),
+        _const("threshold", [0.25]),
+        _const("zero_axis", [0], np.int64),
+        _const("one", [1], np.int64),
+        _const("class_column", 1, np.int64),
+        _const("box_column", 2, np.int64),
+        _const("start", [0], np.int64),
+        _const("keep", [keep], np.int64),
+        _const("no_boxes", np.zeros((1, keep, 4))),
+        _const("no_scores", np.zeros((1, keep))),
+        _const("no_classes", np.zeros((1, keep)), np.int64),
+    ]
+    return nodes, inits
+
+
+def write_nms_in_graph(folder):
+    """The detector with NMS in the graph, batch 1: num_dets [1, 1], det_boxes [1, K, 4] (xyxy
+    pixels), det_scores [1, K], det_classes [1, K], as EfficientNMS-style exports write them."""
+    keep = NMS_KEEP
+    outputs = [
+        helper.make_tensor_value_info("num_dets", TensorProto.INT64, [1, 1]),
+        helper.make_tensor_value_info("det_boxes", FLOAT, [1, keep, 4]),
+        helper.make_tensor_value_info("det_scores", FLOAT, [1, keep]),
+        helper.make_tensor_value_info("det_classes", TensorProto.INT64, [1, keep]),
+    ]
+    graph = _detector_graph("nms", _nms_head(), outputs, DETECTOR, batch=1)
+    return _save(_model(graph, 17, 8), folder, "nms_in_graph")
+
+
+def write_segmenter(folder):
+    """A semantic segmenter as torchvision's exports read: out [N, C, 32, 32], class logits at
+    the input's size (a stride-2 body, a 1x1 classifier, bilinear Resize back up)."""
+    rng = _rng("segmenter")
+    classes = SEGMENTER_CLASSES
+    nodes, inits = _conv_silu(rng, "input", "down", 3, 8, stride=2)
+    more, weights = _conv_silu(rng, "down", "body", 8, 8)
+    nodes += more + [
+        helper.make_node("Conv", ["body", "classifier_w", "classifier_b"], ["coarse"]),
+        helper.make_node("Resize", ["coarse", "", "scales"], ["out"], mode="linear"),
+    ]
+    inits += weights + [
+        _weights(rng, "classifier_w", (classes, 8, 1, 1), 2.0),
+        _weights(rng, "classifier_b", (classes,), 0.5),
+        _const("scales", [1, 1, 2, 2]),
+    ]
+    image = helper.make_tensor_value_info("input", FLOAT, ["N", 3, 32, 32])
+    out = helper.make_tensor_value_info("out", FLOAT, ["N", classes, 32, 32])
+    graph = helper.make_graph(nodes, "segmenter", [image], [out], initializer=inits)
+    return _save(_model(graph, 17, 8), folder, "semantic_segmenter")
+
+
+def write_ctc_recogniser(folder):
+    """A CRNN-style text recogniser: a text line [N, 3, 32, 64] -> conv body -> mean over the
+    height, centred along the line -> per-column classifier -> softmax [N, T=16, V] over
+    CHARSET's tokens (0: the blank)."""
+    rng = _rng("ctc")
+    vocabulary = len(CHARSET)
+    nodes, inits = _conv_silu(rng, "x", "c1", 3, 16, stride=2)
+    more, weights = _conv_silu(rng, "c1", "c2", 16, 32, stride=2)
+    nodes += more + [
+        helper.make_node("ReduceMean", ["c2"], ["columns"], axes=[2], keepdims=0),
+        # What tells the columns apart, as a trained body's features do (not their mean).
+        helper.make_node("ReduceMean", ["columns"], ["line"], axes=[2], keepdims=1),
+        helper.make_node("Sub", ["columns", "line"], ["centred"]),
+        helper.make_node("Transpose", ["centred"], ["steps"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["steps", "classifier_w"], ["scores"]),
+        helper.make_node("Add", ["scores", "classifier_b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["softmax"], axis=-1),
+    ]
+    bias = rng.normal(size=vocabulary) * 0.5
+    bias[0] += 3.0  # a trained recogniser says "blank" between characters
+    inits += weights + [
+        _weights(rng, "classifier_w", (32, vocabulary), 3.0),
+        _const("classifier_b", bias),
+    ]
+    line = helper.make_tensor_value_info("x", FLOAT, ["N", 3, 32, 64])
+    out = helper.make_tensor_value_info("softmax", FLOAT, ["N", 16, vocabulary])
+    graph = helper.make_graph(nodes, "ctc", [line], [out], initializer=inits)
+    return _save(_model(graph, 17, 8), folder, "ctc_recogniser")
+
+
+def write_embedder(folder):
+    """An image embedder: conv head -> Gemm to EMBEDDING_SIZE -> L2-normalised embedding."""
+    rng = _rng("embedder")
+    nodes, inits = _conv_head(rng, "image", width=16)
+    nodes[-1] = helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["projected"], transB=1)
+    nodes.append(helper.make_node("LpNormalization", ["projected"], ["embedding"], axis=1, p=2))
+    inits[2:] = [
+        _weights(rng, "fc_w", (EMBEDDING_SIZE, 16), 1.0),
+        _weights(rng, "fc_b", (EMBEDDING_SIZE,), 0.1),
+    ]
+    image = _image(shape=("N", 3, 32, 32))
+    out = helper.make_tensor_value_info("embedding", FLOAT, ["N", EMBEDDING_SIZE])
+    graph = helper.make_graph(nodes, "embedder", [image], [out], initializer=inits)
+    return _save(_model(graph, 17, 8), folder, "embedder")
+
+
+def write_minus_one_dims(folder):
+    """A classifier as paddle2onnx writes one: dim_value -1 (not a symbol) on the batch and
+    on H and W, input x, output softmax_0.tmp_0."""
+    rng = _rng("paddle")
+    nodes, inits = _conv_head(rng, "x")
+    nodes[-1].output[0] = "fc_0.tmp_1"
+    nodes.append(helper.make_node("Softmax", ["fc_0.tmp_1"], ["softmax_0.tmp_0"], axis=1))
+    x = helper.make_tensor_value_info("x", FLOAT, [-1, 3, -1, -1])
+    out = helper.make_tensor_value_info("softmax_0.tmp_0", FLOAT, [-1, CLASSES])
+    graph = helper.make_graph(nodes, "paddle", [x], [out], initializer=inits)
+    return _save(_model(graph, 13, 7), folder, "minus_one_dims")
+
+
+MINUS_ONE_CONTRACT = {
+    "inputs": {
+        "x": {
+            "shape": ["batch", 3, "dim_2", "dim_3"],  # the hub names an axis of -1 dim_<axis>
+            "batch": {"sizes": [1]},
+            "dynamic": {
+                "2": {"min": 16, "opt": 32, "max": 64},
+                "3": {"min": 16, "opt": 32, "max": 64},
+            },
+        }
+    }
+}
+
+
+class _RandomImages:
+    """onnxruntime.quantization's CalibrationDataReader over a few random images."""
+
+    def __init__(self, name, shape, count=8):
+        rng = np.random.default_rng(7)
+        self.feeds = iter(
+            [{name: rng.normal(size=(1, *shape)).astype(np.float32)} for _ in range(count)]
+        )
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def write_qdq_source(folder):
+    """A conv classifier already in QDQ form: onnxruntime.quantization.quantize_static (QDQ,
+    per-tensor int8) of a float model, calibrated on random images, as users upload it."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    rng = _rng("qdq")
+    nodes, inits = _conv_head(rng, "image", width=16)
+    graph = helper.make_graph(
+        nodes, "qdq", [_image(shape=("N", 3, 16, 16))], [_logits()], initializer=inits
+    )
+    float_path = _save(_model(graph, 13, 7), folder, "qdq_float")
+    path = Path(folder) / "qdq_source.onnx"
+    logging.disable(logging.WARNING)  # its advice to pre-process first, on the root logger
+    try:
+        quantize_static(
+            str(float_path),
+            str(path),
+            _RandomImages("image", (3, 16, 16)),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
+    finally:
+        logging.disable(logging.NOTSET)
+    float_path.unlink()
+    return path
+
+
 # torch.onnx.export of small torchvision-like blocks (random weights) -------------------------
 
 
@@ -710,6 +1087,7 @@ def _torch_export(kind, opset, sample_shape, name):
 
 IMAGE = Input("image", "float32", (3, 16, 16))
 TORCH_IMAGE = Input("input", "float32", (3, 32, 32))
+DETECTOR_IMAGE = Input("images", "float32", (3, 32, 32))
 
 CORPUS = (
     CorpusModel(
@@ -777,6 +1155,7 @@ CORPUS = (
         14,
         write_multi_input_output,
         (IMAGE, Input("mask", "float32", (1, 16, 16))),
+        task="generic",  # two outputs: every one compared with FP32
     ),
     CorpusModel(
         "int64_tokens",
@@ -916,6 +1295,78 @@ CORPUS = (
         (Input("input", "float32", (8, 32)),),
         needs_torch=True,
     ),
+    CorpusModel(
+        "yolov8_anchors_last",
+        ("detection", "anchors-last", "yolo", "conv"),
+        8,
+        17,
+        write_yolov8_anchors_last,
+        (DETECTOR_IMAGE,),
+        task="detection",
+    ),
+    CorpusModel(
+        "yolov5_anchors_first",
+        ("detection", "anchors-first", "yolo", "conv"),
+        8,
+        17,
+        write_yolov5_anchors_first,
+        (DETECTOR_IMAGE,),
+        task="detection",
+    ),
+    CorpusModel(
+        "nms_in_graph",
+        ("detection", "nms-in-graph", "int64-output", "multi-output", "conv"),
+        8,
+        17,
+        write_nms_in_graph,
+        (DETECTOR_IMAGE,),
+        task="detection",
+    ),
+    CorpusModel(
+        "semantic_segmenter",
+        ("semantic-segmentation", "resize", "conv"),
+        8,
+        17,
+        write_segmenter,
+        (TORCH_IMAGE,),
+        task="semantic_segmentation",
+    ),
+    CorpusModel(
+        "ctc_recogniser",
+        ("text-recognition", "ctc", "softmax", "matmul", "conv"),
+        8,
+        17,
+        write_ctc_recogniser,
+        (Input("x", "float32", (3, 32, 64)),),
+        task="text_recognition",
+        task_params={"charset": CHARSET},
+    ),
+    CorpusModel(
+        "embedder",
+        ("embedding", "lp-normalization", "conv"),
+        8,
+        17,
+        write_embedder,
+        (Input("image", "float32", (3, 32, 32)),),
+        task="embedding",
+    ),
+    CorpusModel(
+        "minus_one_dims",
+        ("minus-one-dims", "dynamic-hw", "paddle", "conv"),
+        7,
+        13,
+        write_minus_one_dims,
+        (Input("x", "float32", (3, 32, 32)),),
+        contract=MINUS_ONE_CONTRACT,
+    ),
+    CorpusModel(
+        "qdq_source",
+        ("already-quantised", "qdq", "conv"),
+        7,
+        13,
+        write_qdq_source,
+        (IMAGE,),
+    ),
 )
 BY_NAME = {model.name: model for model in CORPUS}
 
@@ -932,14 +1383,18 @@ def torch_missing():
 # Datasets -----------------------------------------------------------------------------------
 
 
-def source_outputs(path, model, samples):
-    """Run the source file with ONNX Runtime defaults, sample by sample (or in its fixed batch)."""
+def source_session(path, model):
+    """Return an ONNX Runtime session (CPU defaults) of the source, or of its opset-13 twin."""
     import onnxruntime
 
     source = str(path) if model.opset >= 7 else modernised_opset6(onnx.load(str(path)))
-    session = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
+
+
+def source_runs(path, model, samples):
+    """Yield each run of the source on the samples, one by one (or in its fixed batch)."""
+    session = source_session(path, model)
     count = len(next(iter(samples.values())))
-    outputs = []
     for start in range(0, count, model.batch):
         feeds = {
             spec.name: samples[spec.name][start : start + model.batch]
@@ -947,32 +1402,103 @@ def source_outputs(path, model, samples):
             else np.asarray(samples[spec.name][start])
             for spec in model.inputs
         }
-        outputs.append(session.run(None, feeds)[0].reshape(model.batch, -1))
-    return np.concatenate(outputs)
+        yield session.run(None, feeds)
+
+
+def source_outputs(path, model, samples):
+    """Return the source's first output on the samples, a row per sample."""
+    runs = source_runs(path, model, samples)
+    return np.concatenate([outputs[0].reshape(model.batch, -1) for outputs in runs])
+
+
+def declaration_of(model, path, declaration=None):
+    """Return the task declaration to read the source's outputs with, checked against them.
+
+    The version's (declaration, as the hub proposed it), else the model's own task, with
+    the params its team declares on top (a recogniser's charset).
+    """
+    from workers.tasks import normalise
+
+    declaration = declaration or {"task": model.task, "params": {}}
+    if declaration["task"] == model.task and model.task_params:
+        params = {**declaration.get("params", {}), **model.task_params}
+        declaration = {"task": model.task, "params": params}
+    outputs = [
+        {"name": output.name, "dtype": output.type, "shape": output.shape}
+        for output in source_session(path, model).get_outputs()
+    ]
+    return normalise(declaration, outputs)
+
+
+def source_objects(path, model, samples, declaration):
+    """Return the objects the source's answers decode into, one per sample (its detections,
+    masks, strings), read with a checked declaration as the evaluate job reads them."""
+    from workers.tasks import TASKS
+
+    task, params = TASKS[declaration["task"]], declaration["params"]
+    names = [output.name for output in source_session(path, model).get_outputs()]
+    return [
+        found
+        for outputs in source_runs(path, model, samples)
+        for found in task.decode(outputs, names, params, model.batch, model.batch)
+    ]
+
+
+def label_arrays(task, objects):
+    """Return a dataset's label arrays (spec section 4) holding decoded objects as the truth."""
+    if task == "detection":
+        boxes = [found["boxes"].reshape(-1, 4) for found in objects]
+        return {
+            "label_boxes": np.concatenate(boxes).astype(np.float32),
+            "label_classes": np.concatenate([found["classes"] for found in objects]).astype(
+                np.int64
+            ),
+            "label_sample": np.concatenate(
+                [np.full(len(found["classes"]), index) for index, found in enumerate(objects)]
+            ).astype(np.int64),
+        }
+    if task == "semantic_segmentation":
+        return {"label_masks": np.stack([found["mask"] for found in objects]).astype(np.uint8)}
+    if task == "text_recognition":
+        return {"label_texts": np.array([found["text"] for found in objects], dtype=str)}
+    return {}  # embeddings have no labelled metric: the build is judged on its agreement
+
+
+def validation_labels(model, path, samples, declaration=None):
+    """Return the label arrays of the validation samples: the source's own answers.
+
+    A classifier's labels are the source's top-1 (of its first output, as ever); another
+    task's are its decoded objects. The source then scores 100% (mAP 1, CER 0), and a
+    build's drop is its disagreement with the source.
+    """
+    if model.task == "classification":
+        return {"labels": source_outputs(path, model, samples).argmax(axis=1)}
+    declaration = declaration_of(model, path, declaration)
+    return label_arrays(declaration["task"], source_objects(path, model, samples, declaration))
 
 
 def dataset_npz(model, samples, labels=None):
-    """Return .npz bytes: `inputs` (and `labels`) for one input, one array per input for several."""
+    """Return .npz bytes: `inputs` for one input (one array per input for several), and the
+    label arrays ({name: array}) beside them."""
     if len(model.inputs) == 1:
         arrays = {"inputs": samples[model.inputs[0].name]}
     else:
         arrays = dict(samples)
-    if labels is not None:
-        arrays["labels"] = labels
+    arrays.update(labels or {})
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
-def datasets(model, source_path):
+def datasets(model, source_path, declaration=None):
     """Return (calibration .npz bytes, validation .npz bytes) for a model written at source_path.
 
-    Validation labels are the source's own top-1, so the reference scores 100% and a
-    build's drop is how often it disagrees with the source.
+    Validation labels are the source's own answers in its task's format (validation_labels),
+    read with the version's task declaration where there is one.
     """
     calibration = model.samples(CALIBRATION_SAMPLES, seed=1)
     validation = model.samples(VALIDATION_SAMPLES, seed=2)
-    labels = source_outputs(onnx_file(source_path), model, validation).argmax(axis=1)
+    labels = validation_labels(model, onnx_file(source_path), validation, declaration)
     return dataset_npz(model, calibration), dataset_npz(model, validation, labels)
 
 

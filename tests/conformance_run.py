@@ -26,6 +26,7 @@ from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model, ModelVersion
+from deployhub.registry.tasks import declare_task
 from deployhub.registry.uploads import create_dataset, create_version
 from tests.conformance_models import RECOMMENDED, REFUSED, datasets, torch_missing
 
@@ -77,6 +78,9 @@ def start_model(model, folder, team, user, device_class, source_benchmark=False)
     path = model.write(Path(folder))
     try:
         row.version = _upload(model, path, team, user)
+        if misread := _declare_task(model, row.version, user):
+            row.outcome = misread
+            return row
         _attach_datasets(model, path, row.version, user)
     except (InvalidModel, DatasetError) as exc:
         row.outcome = f"refused at upload: {exc}"
@@ -129,8 +133,24 @@ def _upload(model, path, team, user):
         return create_version(entry, File(handle, name=path.name), user, contract=model.contract)
 
 
+def _declare_task(model, version, user):
+    """Say how the version's proposed task differs from the model's; '' when it is the one.
+
+    Then declare the params its team would add to the proposal (a recogniser's charset).
+    """
+    proposed = version.task or {}
+    if proposed.get("task") != model.task:
+        return (
+            f"proposed as {proposed.get('task')!r}, not {model.task!r}: {proposed.get('why', '')}"
+        )
+    if model.task_params:
+        params = {**proposed.get("params", {}), **model.task_params}
+        declare_task(version, user, model.task, params)
+    return ""
+
+
 def _attach_datasets(model, path, version, user):
-    calibration, validation = datasets(model, path)
+    calibration, validation = datasets(model, path, version.task)
     for kind, data in (("calibration", calibration), ("validation", validation)):
         upload = File(io.BytesIO(data), name=f"{kind}.npz")
         create_dataset(version, upload, user, kind=kind, name=kind)
@@ -226,18 +246,17 @@ def _p50_per_image(benchmark):
 
 def summarise(row):
     """Return the row as plain data (the database is not reachable where it is read)."""
-    agreement, drop = accuracy_change(row)
     best = row.recommended
     return {
         "name": row.model.name,
         "features": row.model.features,
+        "task": (row.version.task or {}).get("task") if row.version else row.model.task,
         "expect": row.model.expect,
         "outcome": row.outcome,
         "skipped": row.skipped,
         "build": str(best) if best else "",
         "speedup": speedup(row),
-        "agreement": agreement,
-        "drop": drop,
+        **accuracy_of(row),
         "failures": row.failures,
         "run": row.run.pk if row.run else None,
         "summary": row.run.summary if row.run else "",
@@ -252,10 +271,22 @@ def reached(result):
     return outcome.startswith(REFUSED) and expect.removeprefix(REFUSED) in outcome
 
 
-def accuracy_change(row):
-    """Return the recommended build's top-1 agreement with the source and its top-1 drop."""
+def accuracy_of(row):
+    """Return the recommended build's evaluation in its task's terms.
+
+    headline: the figure it is judged on ("mAP@0.5:0.95", "detection F1 vs FP32") and its
+    value; drop: the labelled headline's points lost against the source (None without
+    labels); agreement: the task's agreement headline; breach: how it falls outside the
+    class's tolerance ('' within).
+    """
     best = row.recommended
     accuracy = best.accuracy if best else None
     if accuracy is None:
-        return None, None
-    return accuracy.top1_agreement, accuracy.metric_drop_points
+        return dict.fromkeys(("headline", "headline_value", "drop", "agreement", "breach"))
+    return {
+        "headline": accuracy.headline,
+        "headline_value": accuracy.headline_value,
+        "drop": accuracy.metric_drop_points,
+        "agreement": accuracy.agreement_value,
+        "breach": accuracy.tolerance_breach(row.run.device_class),
+    }
