@@ -180,3 +180,34 @@ def test_make_runs_worker_builds_int8_with_every_cpu_quantiser(
         assert job.state == "succeeded", f"{name}: {job.error}\n{job.log}"
         engine = Engine.objects.get(backend=name, model_version=version)
         assert engine.graph_report["quantized_nodes"] > 0, name
+
+
+# Labelled metrics measured the field's way, by the libraries make run's worker installs.
+LABELLED_METRICS = """
+import numpy as np
+from workers.tasks import TASKS
+detection = TASKS["detection"]
+boxes = np.array([[2.0, 2.0, 12.0, 12.0]])
+found = [{"boxes": boxes, "scores": np.array([0.9]), "classes": np.array([1]),
+          "extras": np.zeros((1, 0))}]
+labels = {"label_boxes": boxes, "label_classes": np.array([1]), "label_sample": np.array([0])}
+print("map", detection.score(found, labels, {})["map"])
+text = TASKS["text_recognition"]
+params = {"charset": "-abc", "blank": 0}
+read = [{"tokens": [1, 2], "text": "ab"}]
+print("cer", text.score(read, {"label_texts": np.array(["abc"])}, params)["cer"])
+"""
+
+
+def test_make_runs_worker_scores_detections_and_strings_with_their_libraries():
+    done = subprocess.run(
+        [str(run_python()), "-c", LABELLED_METRICS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = dict(line.split() for line in done.stdout.splitlines())
+    assert float(figures["map"]) == pytest.approx(1.0)  # pycocotools: a perfect box
+    assert float(figures["cer"]) == pytest.approx(1 / 3)  # rapidfuzz: one character missing
