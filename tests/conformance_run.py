@@ -17,7 +17,6 @@ from pathlib import Path
 from django.core.files import File
 from django.db.models import Max
 
-from deployhub.conversions.actions import submit_convert
 from deployhub.engines import auto
 from deployhub.engines.models import AutoRun, AutoRunState
 from deployhub.engines.preflight import preflight_grid
@@ -25,7 +24,7 @@ from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.inspect import InvalidModel
-from deployhub.registry.models import Model, ModelVersion
+from deployhub.registry.models import Model
 from deployhub.registry.tasks import declare_task
 from deployhub.registry.uploads import create_dataset, create_version
 from tests.conformance_models import RECOMMENDED, REFUSED, datasets, torch_missing
@@ -90,7 +89,7 @@ def start_model(model, folder, team, user, device_class, source_benchmark=False)
         row.run = auto.start(row.version, device_class, user)
     except auto.AutoRefused as exc:
         row.outcome = f"auto mode refused: {exc}"
-    if refusals is not None:
+    if refusals is not None and not (row.run and row.run.convert_job):  # converted: built
         row.outcome = REFUSED + refusals
     if source_benchmark and row.outcome == "":
         row.source_job = submit_job(
@@ -102,29 +101,6 @@ def start_model(model, folder, team, user, device_class, source_benchmark=False)
             params=auto.benchmark_params(row.version, device_class),
         )
     return row
-
-
-def follow_conversion(row, user, device_class, timeout):
-    """Convert a version preflight refused for its opset; return the child's Row, auto mode started.
-
-    Does what the refusal offers: the hub's "Convert to opset" on a worker, then
-    auto mode on the child, which has the source's datasets (they belong to the
-    model; the labels stay the source's top-1); wait_for the row as for any other.
-    """
-    job = submit_convert(row.version, device_class, user)
-    started = time.monotonic()
-    while not (job := Job.objects.get(pk=job.pk)).is_final:
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"the conversion job #{job.pk} had not finished in {timeout} s")
-        time.sleep(1)
-    if job.state != JobState.SUCCEEDED:
-        raise AssertionError(f"the conversion job #{job.pk} failed: {job.error}")
-    child = Row(row.model, version=ModelVersion.objects.get(parent=row.version))
-    if (refusals := _preflight_refusals(child.version, device_class)) is not None:
-        child.outcome = REFUSED + refusals
-        return child
-    child.run = auto.start(child.version, device_class, user)
-    return child
 
 
 def _upload(model, path, team, user):

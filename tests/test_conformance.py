@@ -28,7 +28,6 @@ from tests.conformance_models import (
 from tests.conformance_run import (
     QUICK_BENCHMARKS,
     conclude,
-    follow_conversion,
     reached,
     start_model,
     summarise,
@@ -159,7 +158,7 @@ def test_it_reaches_the_outcome_the_corpus_names(corpus, name):
 
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
-def test_the_opset_6_refusal_followed_through_conversion_ends_in_a_recommended_build(
+def test_auto_mode_converts_the_opset_6_model_first_and_recommends_a_build_of_it(
     alice, demo_team, device_class, make_device, start_worker, tmp_path, monkeypatch
 ):
     for name, value in QUICK_BENCHMARKS.items():
@@ -167,15 +166,16 @@ def test_the_opset_6_refusal_followed_through_conversion_ends_in_a_recommended_b
     device, token = make_device()
     worker = start_worker(device, token)
     model = BY_NAME["old_opset6_batchnorm_add"]
+
     source = start_model(model, tmp_path, demo_team, alice, device_class)
-    wait_for([source], 120, on_timeout=worker.output)
-    assert reached(summarise(conclude(source))), source.outcome  # "opset 6 is older than"
+    wait_for([source], 600, on_timeout=worker.output)
 
-    child = follow_conversion(source, alice, device_class, timeout=120)
-    wait_for([child], 600, on_timeout=worker.output)
-
-    result = {**summarise(conclude(child)), "expect": RECOMMENDED}  # the refusal followed
-    assert child.version.opset == 17 and child.version.export_report["max_abs_diff"] < 1e-4
+    result = summarise(conclude(source))
+    run, child = source.run, source.run.model_version
+    assert run.converted_from == source.version and child.parent == source.version
+    assert child.opset == 17 and child.export_report["max_abs_diff"] < 1e-4
+    assert run.summary.startswith("Converted from opset 6 to 17 first (largest difference ")
+    assert f"; builds are of v{child.number}. Recommended: " in run.summary
     assert result["outcome"] == RECOMMENDED, explain(result)
     assert result["drop"] is not None and result["breach"] == "", explain(result)
     assert not result["failures"], explain(result)

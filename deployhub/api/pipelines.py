@@ -85,6 +85,8 @@ def auto_run_json(request, run):
         "url": _absolute(request, "api_auto_run", run.pk),
         "page": run.get_absolute_url(),
         "model_version": run.model_version_id,
+        "converted_from": run.converted_from_id,
+        "convert_job": run.convert_job_id,
         "device_class": run.device_class.slug,
         "dataset": {"id": run.dataset_id, "name": run.dataset.name} if run.dataset else None,
         "state": run.state,

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
-from deployhub.jobs.models import JobKind
+from deployhub.jobs.models import JobKind, JobState
 from deployhub.registry.contract import ContractError, concrete_shapes, validate_contract
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
@@ -90,6 +90,14 @@ def _opset(version, asked):
     if opset == version.opset:
         raise ConversionRefused(f"{version} is at opset {opset} already: nothing to convert.")
     return opset
+
+
+def converted_version(job):
+    """Return the child version an export or conversion job stored; None when it stored none."""
+    if job.state != JobState.SUCCEEDED:
+        return None
+    uploaded = job.artifacts.filter(attempt=job.attempt).values_list("sha256", flat=True)
+    return job.model_version.model.versions.filter(sha256__in=list(uploaded)).first()
 
 
 def _exported_artifact(job, result):

@@ -15,9 +15,13 @@ two builds a few percent apart would be ranked by noise. Before recommending,
 the eligible builds whose separate runs came close to the fastest one are timed
 again side by side, in one process on one device (a `compare` job,
 workers/side_by_side.py), and that run decides between them.
+
+A version whose opset every backend finds too old is converted first, as the
+version page's Convert button does, and the run builds the converted version.
 """
 
 import math
+import re
 from collections import Counter
 
 from django.db import transaction
@@ -25,13 +29,14 @@ from django.utils import timezone
 
 from deployhub.benchmarks.batches import batch_rule
 from deployhub.benchmarks.models import GateVerdict
+from deployhub.conversions.actions import ConversionRefused, converted_version, submit_convert
 from deployhub.engines.actions import (
     BuildRefused,
     canonical_config,
     request_compile,
 )
 from deployhub.engines.models import AutoBuild, AutoRun, AutoRunState
-from deployhub.engines.preflight import grid, preflight
+from deployhub.engines.preflight import grid, preflight, too_old_for_every_build
 from deployhub.evaluation.actions import request_evaluation
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
@@ -89,10 +94,75 @@ def start(version, device_class, user):
         run = AutoRun.objects.create(
             model_version=version, device_class=device_class, dataset=dataset, created_by=user
         )
-        for backend, precision in grid():
-            _add_build(run, backend, precision, user)
+        if not (too_old_for_every_build(version, device_class) and _convert_first(run, user)):
+            _add_grid(run, user)
         advance(run)
     return run
+
+
+def _add_grid(run, user):
+    """Ask for every build of the grid the preflight does not rule out (the rest: skipped)."""
+    for backend, precision in grid():
+        _add_build(run, backend, precision, user)
+
+
+def _convert_first(run, user):
+    """Queue the conversion of a source every backend finds too old, as the Convert button
+    does; the run builds the converted version once it is stored. False when refused."""
+    version = run.model_version
+    try:
+        job = submit_convert(version, run.device_class, user)
+    except ConversionRefused:
+        return False  # its builds are skipped, each saying why
+    job.params = {**job.params, "auto_run": run.pk}
+    job.save(update_fields=["params"])
+    run.convert_job = job
+    run.summary = (
+        f"Converting from opset {version.opset} to {job.params['convert_to_opset']} first: "
+        "no backend runs an opset that old."
+    )
+    run.save(update_fields=["convert_job", "summary"])
+    return True
+
+
+def _converting(run):
+    """Return True while the run waits on its conversion; once it has ended, go on with the
+    grid: of the converted version, or of the source (skipped) when there is none."""
+    job = run.convert_job
+    if job is None or run.converted_from_id is not None or run.builds.exists():
+        return False
+    if not job.is_final:
+        return True
+    if child := converted_version(job):
+        run.converted_from, run.model_version = run.model_version, child
+        run.save(update_fields=["converted_from", "model_version"])
+    _add_grid(run, run.created_by)
+    return False
+
+
+def _conversion_note(run):
+    """Say how the run converted its source first (or failed to), as the summary's opening."""
+    job = run.convert_job
+    if job is None:
+        return ""
+    target = job.params.get("convert_to_opset")
+    source = run.converted_from
+    if source is None:
+        why = job.error or job.get_state_display().lower()
+        return f"Converting from opset {run.model_version.opset} to {target} failed ({why}). "
+    version = run.model_version
+    difference = (version.export_report or {}).get("max_abs_diff")
+    return (
+        f"Converted from opset {source.opset} to {version.opset} first (largest difference "
+        f"{_short_number(difference)}); builds are of v{version.number}. "
+    )
+
+
+def _short_number(value):
+    """Return a difference as people write it: 2e-7, 0.0013; "unknown" when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "unknown"
+    return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{value:.2g}").replace("e+", "e")
 
 
 def source_for(version, backend):
@@ -213,7 +283,7 @@ def advance(run):
     """Move every unfinished build on, and rank the builds once none is left waiting."""
     with transaction.atomic():
         run = AutoRun.objects.select_for_update().get(pk=run.pk)
-        if run.state != AutoRunState.RUNNING:
+        if run.state != AutoRunState.RUNNING or _converting(run):
             return run
         for build in run.builds.filter(finished=False).select_related(
             "compile_job", "benchmark_job", "evaluate_job"
@@ -411,6 +481,12 @@ def _recommend(measured):
 
 
 def _summary(run, measured):
+    """Say what the run recommends and how far it meets the gate, or why it recommends nothing;
+    first, how it converted its source, if it did."""
+    return _conversion_note(run) + _outcome(run, measured)
+
+
+def _outcome(run, measured):
     """Say what the run recommends and how far it meets the gate, or why it recommends nothing."""
     if run.recommended is None:
         return _nothing_recommended(run, measured)

@@ -284,6 +284,22 @@ class AutoRun(models.Model):
         related_name="auto_runs_compared",
         help_text="The side-by-side benchmark of the fastest eligible builds, if there was one.",
     )
+    convert_job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The conversion of a source whose opset every backend found too old.",
+    )
+    converted_from = models.ForeignKey(
+        "registry.ModelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="auto_runs_converted",
+        help_text="The version the run was asked for, when it builds that version's conversion.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

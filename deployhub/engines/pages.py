@@ -3,11 +3,11 @@ compile form, preflight per device class and the latest auto runs. And the engin
 parts that apps above engines draw (releases: the engine's releases and the propose form).
 """
 
-from django.db.models import prefetch_related_objects
+from django.db.models import Q, prefetch_related_objects
 
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
-from deployhub.engines.models import Engine
+from deployhub.engines.models import AutoRun, Engine
 from deployhub.engines.preflight import preflight_grid
 
 
@@ -26,9 +26,15 @@ def version_part(version):
         ],
         "compile_form": CompileForm(team=version.team),
         "has_classes": bool(classes),
-        "auto_runs": version.auto_runs.select_related("device_class")[:5],
+        "auto_runs": auto_runs_of(version)[:5],
         "preflight": [(dc, preflight_grid(version, dc)) for dc in classes],
     }
+
+
+def auto_runs_of(version):
+    """The auto runs of a version, newest first, those that build its conversion included."""
+    runs = AutoRun.objects.filter(Q(model_version=version) | Q(converted_from=version))
+    return runs.select_related("device_class")
 
 
 def version_engines(version):

@@ -19,10 +19,16 @@ class Verdict:
     backend: str
     fails: list = field(default_factory=list)
     slow: list = field(default_factory=list)
+    too_old: bool = False  # the opset is older than the backend runs
 
     @property
     def verdict(self):
         return "fail" if self.fails else "slow" if self.slow else "ok"
+
+    @property
+    def only_too_old(self):
+        """Return True when an old opset is all that fails: a conversion would clear it."""
+        return self.too_old and len(self.fails) == 1
 
 
 def _flags(fingerprint):
@@ -95,6 +101,7 @@ def _check_opset(verdict, opset):
             "export with an older opset"
         )
     if backend.min_opset is not None and opset < backend.min_opset:
+        verdict.too_old = True
         verdict.fails.append(
             f"opset {opset} is older than {backend.name} runs (≥ {backend.min_opset}): "
             f"convert it (Convert to opset {CONVERT_OPSET} on the version page)"
@@ -179,3 +186,10 @@ def preflight_grid(version, device_class):
         [verdict] = preflight(version, device_class, [backend], precision, fingerprints)
         rows.append((backend, precision, verdict))
     return rows
+
+
+def too_old_for_every_build(version, device_class):
+    """Return True when preflight rules out every build of the grid on the class, and for
+    some of them only because the opset is too old: converting it would let them through."""
+    verdicts = [verdict for _, _, verdict in preflight_grid(version, device_class)]
+    return all(v.fails for v in verdicts) and any(v.only_too_old for v in verdicts)
