@@ -270,6 +270,15 @@ def run_on_sqlite(module, tmp_path):
     return json.loads(result.stdout)
 
 
+def run_python():
+    """Return the interpreter of make run's environment; fail when it is not built."""
+    path = Path(os.environ.get("DEPLOYHUB_RUN_PYTHON") or ".venv/bin/python")
+    path = path if path.is_absolute() else ROOT / path
+    if not path.exists():
+        pytest.fail(f"make run's environment is not built ({path} is missing): make test builds it")
+    return path
+
+
 def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):
     """Poll `predicate` until it returns something truthy; fail with `what` after `timeout` s."""
     deadline = time.monotonic() + timeout

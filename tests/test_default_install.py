@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import tomllib
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -25,7 +24,7 @@ from deployhub.engines.preflight import preflight
 from deployhub.jobs.models import Job
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
-from tests.conftest import ROOT, wait_until
+from tests.conftest import ROOT, run_python, wait_until
 from workers.backends.known import BACKENDS
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -33,15 +32,6 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 GPU_RUNTIMES = ("torch", "tensorrt")
 # The backends auto mode builds with on a CPU device; make run's worker must make all their builds.
 CPU_BACKENDS = ("onnxruntime", "openvino")
-
-
-def run_python():
-    """Return the interpreter of make run's environment; fail when it is not built."""
-    path = Path(os.environ.get("DEPLOYHUB_RUN_PYTHON") or ".venv/bin/python")
-    path = path if path.is_absolute() else ROOT / path
-    if not path.exists():
-        pytest.fail(f"make run's environment is not built ({path} is missing): make test builds it")
-    return path
 
 
 def make_commands(target):

@@ -142,3 +142,18 @@ def test_every_evaluation_reads_the_outputs_as_declared(alice, detector, device_
     )
     job = request_evaluation(engine, alice, dataset=dataset)
     assert job.params["task"] == {"task": "detection", "params": version.task["params"]}
+
+
+def test_versions_stored_before_tasks_get_a_proposal_when_the_hub_migrates(detector):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    version, _ = detector
+    ModelVersion.objects.filter(pk=version.pk).update(task={})
+    migration = import_module("deployhub.registry.migrations.0006_propose_tasks")
+
+    migration.propose_tasks(apps, None)
+
+    version.refresh_from_db()
+    assert version.task["task"] == "detection" and version.task["confirmed"] is False

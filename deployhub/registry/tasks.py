@@ -36,8 +36,11 @@ def inherited_task(parent, info):
 
 def declared(version, task, params):
     """Return the version's declaration of a task and its params, checked against its outputs."""
+    if not task or not isinstance(task, str):
+        raise TaskRefused(f"Say which task the version does: one of {', '.join(sorted(TASKS))}.")
     if task not in TASKS:
         raise TaskRefused(f"{task!r} is not a task; choose one of {', '.join(sorted(TASKS))}.")
+    params = {} if params is None else params
     if not isinstance(params, dict):
         raise TaskRefused(
             'The task\'s params are a JSON object, such as {"score_threshold": 0.25}.'
