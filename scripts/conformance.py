@@ -5,8 +5,9 @@ temporary folder, served from this process) and real device workers on one CPU c
 (`--worker-python`: `make conformance` passes the product's `.venv`, the `make run`
 install), takes every corpus model (tests/conformance_models.py) through upload,
 datasets, preflight and auto mode, benchmarks each source file with ONNX Runtime
-defaults beside its builds, and prints one row per model and the share that reached
-the outcome the corpus names for it. Exits 1 unless every model did.
+defaults beside its builds, and prints one row per model (its task, its outcome, and the
+headline its recommended build was judged on: top-1, mAP, mIoU, CER or cosine) and the
+share that reached the outcome the corpus names for it. Exits 1 unless every model did.
 """
 
 import argparse

@@ -245,3 +245,4 @@ def test_it_covers_what_issue_26_asks_for():
         assert features <= found, task
     features = {f for m in CORPUS for f in m.features}
     assert {"minus-one-dims", "already-quantised", "old-opset"} <= features
+    assert all(m.expect == RECOMMENDED for m in CORPUS if m.opset < 7)  # auto mode converts it
