@@ -59,7 +59,7 @@ def breach(task, tolerance, *, before=None, after=None, agreement=None):
             return ""
         way = "below" if spec.labelled.higher_is_better else "above"
         return (
-            f"{spec.labelled.key} {abs(lost):.2f} points {way} the FP32 reference "
+            f"{spec.labelled.label} {abs(lost):.2f} points {way} the FP32 reference "
             f"(tolerance {tolerance.drop:g})"
         )
     return _agreement_breach(spec, tolerance.agreement, agreement)
@@ -111,7 +111,7 @@ def describe_tolerance(task, tolerance):
     parts = []
     if spec.labelled is not None and tolerance.drop is not None:
         parts.append(
-            f"{spec.labelled.label} may lose at most {tolerance.drop:g} points against the "
+            f"{spec.labelled.label} may lose at most {_points(tolerance.drop)} against the "
             "FP32 source"
         )
     if tolerance.agreement is not None:
@@ -119,6 +119,10 @@ def describe_tolerance(task, tolerance):
         lead = "without labels, " if parts else ""
         parts.append(f"{lead}{spec.agreement.label} {way} {tolerance.agreement:g}")
     return "; ".join(parts) or "no tolerance"
+
+
+def _points(value):
+    return f"{value:g} point" if value == 1 else f"{value:g} points"
 
 
 def checked_overrides(overrides):

@@ -389,7 +389,7 @@ def test_an_engine_outside_its_tolerance_is_flagged_on_every_page(
 ):
     engine = make_engine(linear, device_class)
     job = accuracy_run(engine, alice, reference_top1=0.98, top1=0.95, agreement=0.96)
-    reason = "top1 3.00 points below the FP32 reference (tolerance 1)"
+    reason = "top-1 accuracy 3.00 points below the FP32 reference (tolerance 1)"
     assert engine.accuracy_flags == [f"outside the accuracy tolerance: {reason}"]
     client.login(username="alice", password=PASSWORD)
     for url, page in pages_showing(client, engine, job).items():
@@ -441,7 +441,7 @@ def test_a_task_metric_other_than_top1_sets_the_drop(alice, linear, device_class
     run.details = {"metric": "miou", "reference": {"miou": 0.70}, "engine": {"miou": 0.66}}
     assert run.metric_drop_points == pytest.approx(4.0)
     assert run.tolerance_breach(device_class) == (
-        "miou 4.00 points below the FP32 reference (tolerance 1)"
+        "mIoU 4.00 points below the FP32 reference (tolerance 1)"
     )
 
 

@@ -115,7 +115,7 @@ def test_it_judges_a_labelled_detector_on_its_map_drop(detector_run):
     assert detector_run.recommended == fast
     assert worse.accuracy.metric_drop_points == pytest.approx(2.2)
     assert worse.accuracy.tolerance_breach(detector_run.device_class) == (
-        "map 2.20 points below the FP32 reference (tolerance 1)"
+        "mAP@0.5:0.95 2.20 points below the FP32 reference (tolerance 1)"
     )
     assert fast.accuracy.headline == "mAP@0.5:0.95"
 
@@ -130,7 +130,7 @@ def test_a_text_recogniser_loses_points_when_its_cer_rises(version, device_class
     )
     assert build.accuracy.metric_drop_points == pytest.approx(1.1)
     assert build.accuracy.tolerance_breach(device_class) == (
-        "cer 1.10 points above the FP32 reference (tolerance 0.5)"
+        "character error rate 1.10 points above the FP32 reference (tolerance 0.5)"
     )
     # A lower CER scores higher when builds are ranked.
     assert build.accuracy.score == pytest.approx(-0.031)

@@ -175,7 +175,7 @@ def _facet_title(facet):
     dc = facet.device_class
     budget = f"budget {facet.budget_ms:.3g} ms{'/image' if dc.is_batch else ''}"
     budget = budget if facet.budget_ms else "no throughput target"
-    return f"{dc.slug} · {budget} · tolerance {dc.accuracy_tolerance:g} pt"
+    return f"{dc.slug} · {budget} · {facet.tolerance_text}"
 
 
 def facet_domains(columns, spacing):

@@ -140,6 +140,16 @@ class Facet:
         reference = min(references)
         return (reference, reference + tolerance.drop / 100)
 
+    @property
+    def tolerance_text(self):
+        """The band in words: "mAP drop ≤ 1 pt", "F1 ≥ 0.99"."""
+        tolerance = self.device_class.tolerance_for(self.task)
+        spec = accuracy.task_of(self.task)
+        if self.accuracy_kind == "labelled":
+            return f"{spec.labelled.key} drop ≤ {tolerance.drop:g} pt"
+        way = "≥" if spec.agreement.higher_is_better else "≤"
+        return f"{spec.agreement.key} {way} {tolerance.agreement:g}"
+
     def accuracy(self, point):
         """The point's y: its labelled headline, or its agreement with the FP32 source."""
         return point.engine_value if self.accuracy_kind == "labelled" else point.agreement
