@@ -17,6 +17,8 @@ EMBEDDING_WORDS = ("emb", "feat", "vector", "descriptor", "hidden")
 HEATMAP_WORDS = ("heatmap",)
 # A class map or heatmap is at least this many pixels high and wide.
 MIN_MAP_SIZE = 8
+# A head whose channels also fit this many keypoints or more is said to fit a pose head.
+MIN_HINTED_KEYPOINTS = 4
 # The tasks whose boxes are clipped to the image, and the channel counts an image has.
 BOX_TASKS = ("detection", "instance_segmentation", "keypoints")
 IMAGE_CHANNELS = (1, 3, 4)
@@ -198,7 +200,7 @@ def _yolo(output):
         f"one output {_shape(output)}: a YOLO-style head, {_box_text(head)} then {classes} "
         "class scores per anchor"
     )
-    if pose:
+    if pose and keypoints >= MIN_HINTED_KEYPOINTS:
         why += (
             f" ({channels} channels also fit a pose head with {keypoints} keypoints: "
             "declare keypoints if it is one)"
