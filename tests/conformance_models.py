@@ -3,6 +3,7 @@
 Each `CorpusModel` writes one upload (an `.onnx`, or a `.zip` of a model and its
 external data) into a folder, says which features it exercises, gives the
 input-shape contract a user would upload with it (None: the proposed default),
+names the task the hub must propose for it (and params its team then declares),
 makes per-input samples for its calibration and validation datasets, and names
 the outcome the conformance test expects:
 
@@ -14,9 +15,13 @@ the outcome the conformance test expects:
 Nothing is downloaded: weights are random (seeded per model), built with
 onnx.helper/numpy, or exported with torch.onnx from small ResNet/MobileNet/
 transformer blocks written in plain torch.nn (torchvision is not installed).
-The torch entries say so when torch is absent. Validation labels are the
-source model's own top-1 (ONNX Runtime on the CPU), so the reference top-1 is
-100% and a build's top-1 drop is its disagreement with the source.
+The torch entries say so when torch is absent. The detectors' class scores are
+made trained-like (a few boxes an image above 0.25, the rest far below), not
+random. Validation labels are the source model's own answers (ONNX Runtime on the
+CPU) in its task's format: a classifier's top-1, a detector's detections, a
+segmenter's argmax masks, a recogniser's greedy CTC strings (an embedder has
+none), so the reference scores 100% (mAP 1, CER 0) and a build's drop is its
+disagreement with the source.
 """
 
 import io
@@ -1036,11 +1041,56 @@ def _torch_modules():
         def forward(self, x):
             return self.head(self.block(x).mean(dim=1))
 
+    class TinyYolo(nn.Module):
+        """YOLOv8's Detect head as it exports, on DETECTOR's levels: output0 [N, 4 + C, A],
+        cx, cy, w, h in input pixels then C class scores, trained-like as the onnx.helper
+        detectors' (a few boxes an image above 0.25)."""
+
+        def __init__(self, shape=DETECTOR, classes=DETECTOR_CLASSES):
+            super().__init__()
+            self.shape, widths, layers, channels = shape, {}, [], 3
+            while len(layers) < int(np.log2(shape.levels[-1][0])):
+                width = min(8 * 2 ** len(layers), 64)
+                layers.append(nn.Sequential(nn.Conv2d(channels, width, 3, 2, 1), nn.SiLU()))
+                channels, widths[2 ** len(layers)] = width, width
+            self.body = nn.ModuleList(layers)
+            strides = [stride for stride, _ in shape.levels]
+            self.box = nn.ModuleList(nn.Conv2d(widths[s], 4, 1) for s in strides)
+            self.cls = nn.ModuleList(nn.Conv2d(widths[s], classes, 1) for s in strides)
+            self.forced = nn.ModuleList(nn.Conv2d(3, classes, 1) for _ in strides)
+            for index, stride in enumerate(strides):
+                grid = torch.from_numpy(_anchor_grid(shape.size, stride))
+                self.register_buffer(f"grid{index}", grid)
+                self._trained_like(index, stride, classes)
+
+        @torch.no_grad()
+        def _trained_like(self, index, stride, classes):
+            self.box[index].weight.mul_(0.2)
+            self.cls[index].weight.mul_(0.3)
+            direction = nn.functional.normalize(torch.randn(classes, 3), dim=1)
+            self.forced[index].weight.copy_((direction * SCORE_GAIN * stride)[:, :, None, None])
+            self.forced[index].bias.fill_(-SCORE_GAIN * Z_THRESHOLD)
+
+        def forward(self, images):
+            features, x = {}, images
+            for depth, layer in enumerate(self.body, 1):
+                x = features[2**depth] = layer(x)
+            levels = []
+            for index, (stride, anchor) in enumerate(self.shape.levels):
+                box = self.box[index](features[stride]).flatten(2).sigmoid()
+                xy = box[:, :2] * (2 * stride) + getattr(self, f"grid{index}")
+                wh = (box[:, 2:] * 2) ** 2 * anchor
+                pixels = nn.functional.avg_pool2d(images, stride)
+                logits = self.cls[index](features[stride]) + self.forced[index](pixels)
+                levels.append(torch.cat([xy, wh, logits.flatten(2).sigmoid()], 1))
+            return torch.cat(levels, 2)
+
     return {
         "resnet": resnet,
         "mobilenet": mobilenet,
         "convnet": plain_convnet,
         "transformer": Transformer,
+        "yolov8": TinyYolo,
     }
 
 
@@ -1056,7 +1106,12 @@ def _randomise_batch_norm(module, seed):
             layer.running_var.copy_(1 + torch.rand(size, generator=generator))
 
 
-def _torch_export(kind, opset, sample_shape, name):
+def _torch_export(kind, opset, sample_shape, name, names=("input", "logits"), batch="N"):
+    """Return write(folder) of a torch block exported with torch.onnx: its input and output
+    names, and a dynamic batch (batch 1 where None, as Ultralytics exports by default)."""
+    source, result = names
+    dynamic = {source: {0: batch}, result: {0: batch}} if batch else None
+
     def write(folder):
         import torch
 
@@ -1073,9 +1128,9 @@ def _torch_export(kind, opset, sample_shape, name):
                 buffer,
                 opset_version=opset,
                 dynamo=False,
-                input_names=["input"],
-                output_names=["logits"],
-                dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
+                input_names=[source],
+                output_names=[result],
+                dynamic_axes=dynamic,
             )
         path.write_bytes(buffer.getvalue())
         return path
@@ -1301,6 +1356,23 @@ CORPUS = (
         17,
         write_yolov8_anchors_last,
         (DETECTOR_IMAGE,),
+        task="detection",
+    ),
+    CorpusModel(
+        "torch_yolov8_opset17",
+        ("torch-export", "detection", "anchors-last", "yolo", "conv"),
+        8,
+        17,
+        _torch_export(
+            "yolov8",
+            17,
+            (3, 32, 32),
+            "torch_yolov8_opset17",
+            names=("images", "output0"),
+            batch=None,
+        ),
+        (DETECTOR_IMAGE,),
+        needs_torch=True,
         task="detection",
     ),
     CorpusModel(

@@ -33,6 +33,7 @@ from tests.conformance_models import (
     onnx_file,
     source_objects,
     source_session,
+    torch_missing,
 )
 from workers.evaluate import evaluate
 from workers.tasks import TASKS
@@ -142,6 +143,10 @@ CHANGES = {
         "boxes shifted": shift_anchors_last,
         "class swapped": swap_anchors_last,
     },
+    "torch_yolov8_opset17": {
+        "boxes shifted": shift_anchors_last,
+        "class swapped": swap_anchors_last,
+    },
     "yolov5_anchors_first": {
         "boxes shifted": shift_anchors_first,
         "class swapped": swap_anchors_first,
@@ -154,7 +159,7 @@ CHANGES = {
     "qdq_source": {"top two swapped": swap_classes},
     "old_opset6_batchnorm_add": {"top two swapped": swap_classes},
 }
-DETECTORS = ("yolov8_anchors_last", "yolov5_anchors_first", "nms_in_graph")
+DETECTORS = ("yolov8_anchors_last", "torch_yolov8_opset17", "yolov5_anchors_first", "nms_in_graph")
 CLASSIFIERS = ("minus_one_dims", "qdq_source", "old_opset6_batchnorm_add")
 CANDIDATES = [
     pytest.param(name, change, id=f"{name}-{change}")
@@ -230,10 +235,25 @@ class Written:
         ]
 
 
+class WrittenModels(dict):
+    """The models written so far: each is written when first asked for (skipped without
+    torch where it is a torch export)."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def __missing__(self, name):
+        model = BY_NAME[name]
+        if model.needs_torch and (why := torch_missing()):
+            pytest.skip(why)
+        self[name] = Written(model, self.folder)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("conformance-tasks")
-    return {name: Written(BY_NAME[name], folder) for name in CHANGES}
+    return WrittenModels(tmp_path_factory.mktemp("conformance-tasks"))
 
 
 # The task ------------------------------------------------------------------------------------
@@ -251,6 +271,7 @@ def test_it_proposes_the_task_the_corpus_names(written, name):
     ("name", "head"),
     [
         ("yolov8_anchors_last", "anchors_last"),
+        ("torch_yolov8_opset17", "anchors_last"),
         ("yolov5_anchors_first", "anchors_first"),
         ("nms_in_graph", "nms_outputs"),
     ],
