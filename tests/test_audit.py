@@ -1,13 +1,16 @@
-"""The team's audit trail: every change listed with filters and CSV; nothing edits an event."""
+"""The team's audit trail: every change listed with filters and CSV; nothing edits or deletes an
+event, in the hub or in its database."""
 
 import csv
 import io
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import IntegrityError, connection, transaction
+from django.db.models import ProtectedError
 
 from deployhub.releases.models import Release
-from deployhub.teams.models import Event, Role
+from deployhub.teams.models import Event, Role, Team, Webhook, WebhookDelivery
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -67,8 +70,25 @@ def test_a_bad_filter_is_said_and_changes_nothing(client, trail, alice):
 
     response = client.get("/team/audit/", {"since": "not-a-date"})
 
-    assert response.status_code == 200 and "Enter a valid date" in response.content.decode()
+    assert response.status_code == 400 and "Enter a valid date" in response.content.decode()
     assert Event.objects.count() == before
+
+
+def test_a_bad_filter_shows_no_events_rather_than_the_whole_trail(client, trail, alice):
+    client.login(username="alice", password=PASSWORD)
+    bad = {"actor": "bob", "since": "abc"}
+
+    page = client.get("/team/audit/", bad)
+    csv_file = client.get("/team/audit.csv", bad)
+
+    text = page.content.decode()
+    assert page.status_code == 400 and "Enter a valid date" in text
+    assert "No events shown: correct the filter above." in text
+    assert "release.proposed" not in text and "job.failed" not in text  # nor bob's own
+    assert "release.review.approve" not in text
+    assert csv_file.status_code == 400 and csv_file["Content-Type"].startswith("text/plain")
+    assert "Enter a valid date" in csv_file.content.decode()
+    assert "release." not in csv_file.content.decode()
 
 
 def test_no_path_edits_or_deletes_an_event(client, trail, alice):
@@ -87,6 +107,57 @@ def test_no_path_edits_or_deletes_an_event(client, trail, alice):
     assert client.post(f"/admin/teams/event/{event.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.post("/team/audit/", {"verb": "x"}).status_code == 200  # a GET-only view
     assert Event.objects.filter(verb="x").count() == 0 and Event.objects.count() == before
+
+
+def test_a_single_event_cannot_be_deleted_nor_the_team_that_holds_it(trail):
+    event, before = Event.objects.first(), Event.objects.count()
+
+    with pytest.raises(TypeError, match="append-only"):
+        event.delete()
+    with pytest.raises(ProtectedError):
+        trail.delete()
+
+    assert Event.objects.count() == before and Team.objects.filter(pk=trail.pk).exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the trigger is PostgreSQL's")
+def test_the_database_refuses_to_update_or_delete_an_event_whoever_asks(trail):
+    event, before = Event.objects.first(), Event.objects.count()
+    asks = [
+        lambda: Event._base_manager.filter(pk=event.pk).delete(),  # what the model cannot guard
+        lambda: Event._base_manager.filter(pk=event.pk).update(verb="x"),
+        lambda: raw("DELETE FROM teams_event"),
+        lambda: raw("UPDATE teams_event SET actor = 'mallory'"),
+    ]
+    for ask in asks:
+        with pytest.raises(IntegrityError, match="append-only"), transaction.atomic():
+            ask()
+
+    assert Event.objects.count() == before
+    assert not Event.objects.filter(verb="x").exists()
+    assert not Event.objects.filter(actor="mallory").exists()
+
+
+def raw(sql):
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+def test_a_superuser_cannot_delete_webhook_deliveries_in_the_admin(client, trail, alice):
+    webhook = Webhook.objects.create(team=trail, url="https://ci.example.com/hook")
+    delivery = WebhookDelivery.objects.create(webhook=webhook, event=Event.objects.first())
+    get_user_model().objects.filter(username="alice").update(is_staff=True, is_superuser=True)
+    client.login(username="alice", password=PASSWORD)
+
+    one = client.post(f"/admin/teams/webhookdelivery/{delivery.pk}/delete/", {"post": "yes"})
+    bulk = client.post(
+        "/admin/teams/webhookdelivery/",
+        {"action": "delete_selected", "_selected_action": [delivery.pk], "post": "yes"},
+    )
+
+    assert one.status_code == 403
+    assert bulk.status_code in (200, 302)  # the admin offers no such action
+    assert WebhookDelivery.objects.filter(pk=delivery.pk).exists()
 
 
 def test_only_an_admin_sets_how_many_approvals_a_release_needs(client, demo_team, alice, bob):

@@ -60,6 +60,9 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(TokenFailures)
 class TokenFailuresAdmin(admin.ModelAdmin):

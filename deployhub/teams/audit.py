@@ -28,11 +28,12 @@ class AuditFilter(forms.Form):
 
 
 def filtered_events(team, params):
-    """Return (the team's events matching the valid filters in params, the bound filter form)."""
+    """Return (the team's events matching the filters in params, the bound filter form): none
+    when a filter is invalid, never the whole trail as if nothing had been asked."""
     form = AuditFilter(params)
     events = Event.objects.filter(team=team)
     if not form.is_valid():
-        return events, form
+        return events.none(), form
     data = form.cleaned_data
     if data["actor"]:
         events = events.filter(actor=data["actor"])

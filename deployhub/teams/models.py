@@ -87,9 +87,14 @@ def _actor_name(actor):
 
 
 class Event(models.Model):
-    """One state change, as it happened: who did what to which object."""
+    """One state change, as it happened: who did what to which object.
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="events")
+    Append-only: saving an event again, updating or deleting one raises here, and on
+    PostgreSQL a trigger refuses UPDATE and DELETE of its rows whoever asks (migration
+    teams 0008). A team with events cannot be deleted: its trail would go with it.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="events")
     actor = models.CharField(max_length=150, help_text="A username or device:<name>.")
     verb = models.CharField(max_length=60)
     target_type = models.CharField(max_length=60)
@@ -112,6 +117,9 @@ class Event(models.Model):
         from deployhub.teams.webhooks import announce_on_commit  # it imports these models
 
         announce_on_commit(self)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Events are append-only.")
 
     @property
     def change(self):

@@ -77,13 +77,16 @@ def audit(request):
     team = _team(request)
     events, form = filtered_events(team, request.GET)
     context = {"events": events[:500], "total": events.count(), "form": form, "team": team}
-    return render(request, "teams/audit.html", context)
+    return render(request, "teams/audit.html", context, status=400 if form.errors else 200)
 
 
 @login_required
 def audit_csv(request):
     team = _team(request)
-    events, _ = filtered_events(team, request.GET)
+    events, form = filtered_events(team, request.GET)
+    if form.errors:
+        refusal = f"No CSV: a filter is invalid.\n{form.errors.as_text()}\n"
+        return HttpResponse(refusal, status=400, content_type="text/plain; charset=utf-8")
     response = HttpResponse(events_csv(events), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = content_disposition(f"{team.slug}-audit.csv")
     return response
