@@ -8,7 +8,7 @@ from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import Role
 from tests.api_calls import token_for
 from tests.auto_builds import engine_of
-from tests.conftest import make_user
+from tests.conftest import PASSWORD, make_user
 from tests.gate_evidence import benchmarked, evaluated, passed_parity, ready_engine
 
 pytestmark = pytest.mark.django_db
@@ -322,3 +322,33 @@ def test_a_pipeline_token_requests_a_release_but_never_decides_one(
         assert response.status_code == 403, action
         assert "need a full token" in response.json()["error"]
     assert Release.objects.get().state == ReleaseState.IN_REVIEW
+
+
+def quorum_raised(client, admin, approvals):
+    """The team's admin raises the approvals a release needs, on the team settings page."""
+    client.login(username=admin.username, password=PASSWORD)
+    assert client.post("/team/settings/", {"approvals_required": approvals}).status_code == 302
+    client.logout()
+
+
+def test_it_applies_a_quorum_raised_after_approval_at_promote(
+    client, demo_team, version, device_class, alice, bob, erin
+):
+    release = approved(client, erin, bob, ready_engine(version, device_class))
+    quorum_raised(client, alice, 3)
+
+    answer = post(client, bob, f"releases/{release}/promote")
+
+    assert answer.status_code == 409
+    assert answer.json()["error"] == (
+        f"Release #{release} went back to review instead of being promoted: "
+        "The team now requires 3 approval(s) and it has 1: 2 more needed."
+    )
+    state = get(client, bob, f"releases/{release}").json()
+    assert (state["state"], state["approvals"]) == ("in-review", {"count": 1, "required": 3})
+    rita = make_user("rita", demo_team, Role.REVIEWER)
+    post(client, rita, f"releases/{release}/reviews", {"decision": "approve"})
+    answer = post(client, alice, f"releases/{release}/reviews", {"decision": "approve"})
+    assert answer.json()["state"] == "approved"  # bob's approval still counts
+    answer = post(client, bob, f"releases/{release}/promote").json()
+    assert (answer["state"], answer["approvals"]) == ("production", {"count": 3, "required": 3})

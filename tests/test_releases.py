@@ -218,7 +218,7 @@ def test_an_approved_release_whose_engine_turns_stale_goes_back_to_review(
     release.engine.status = EngineStatus.STALE
     release.engine.save()
 
-    with pytest.raises(ReleaseRefused, match="only a release approved can be promoted"):
+    with pytest.raises(ReleaseRefused, match="went back to review instead of being promoted"):
         actions.promote(release, bob)
     release.refresh_from_db()
     assert release.state == ReleaseState.IN_REVIEW
@@ -253,6 +253,30 @@ def test_in_the_browser_pages_alice_proposes_bob_approves_alice_promotes(
     assert 'data-state="production"' in page and "ok" in page
     engine_page = client.get(engine.get_absolute_url()).content.decode()
     assert f'href="{release.get_absolute_url()}"' in engine_page and "Production" in engine_page
+
+
+def quorum_raised(client, admin, approvals):
+    """The team's admin raises the approvals a release needs, on the team settings page."""
+    client.login(username=admin.username, password=PASSWORD)
+    assert client.post("/team/settings/", {"approvals_required": approvals}).status_code == 302
+    client.logout()
+
+
+def test_the_promote_button_applies_a_quorum_raised_after_approval(
+    client, version, device_class, alice, bob, erin
+):
+    release = in_review(ready_engine(version, device_class), erin)
+    actions.review(release, bob, "approve")
+    quorum_raised(client, alice, 2)
+    client.login(username="bob", password=PASSWORD)
+
+    page = client.post(f"/releases/{release.pk}/promote", follow=True).content.decode()
+
+    assert f"Release #{release.pk} went back to review instead of being promoted" in page
+    assert "The team now requires 2 approval(s) and it has 1: 1 more needed." in page
+    assert "1 of 2 approvals needed" in page
+    release.refresh_from_db()
+    assert release.state == ReleaseState.IN_REVIEW and not release.promoted_at
 
 
 def test_a_refusal_is_said_on_the_page_and_changes_nothing(

@@ -126,9 +126,19 @@ def override_gate(release, user, gate, justification):
 
 
 def promote(release, user):
-    """Make an approved release production; the class's current one is retired with it."""
+    """Make an approved release production; the class's current one is retired with it.
+
+    Promote's checks run first (recheck): an engine still valid, gates still open and as
+    many approvals as the team requires now, not when the release was approved.
+    """
     require_role(user, release.team, Role.REVIEWER)
+    approved = release.state == ReleaseState.APPROVED
     recheck(release)
+    if approved and release.state == ReleaseState.IN_REVIEW:
+        raise ReleaseRefused(
+            f"Release #{release.pk} went back to review instead of being promoted: "
+            f"{release.state_reason}"
+        )
     _require_state(release, "promoted", ReleaseState.APPROVED)
     try:
         with transaction.atomic():
@@ -181,14 +191,20 @@ def rollback(release, user, reason):
 
 
 def recheck(release):
-    """Send an approved release back to review when its engine went stale or a gate closed."""
+    """Send an approved release back to review when it no longer passes promote's checks: its
+    engine went stale, a gate closed, or the team now requires more approvals than it has.
+
+    A lapsed engine or gate starts the review over; a raised quorum keeps the approvals
+    given (they still count) and waits for the missing ones.
+    """
     if release.state != ReleaseState.APPROVED:
         return release
-    why = _approval_lapsed(release)
-    if why:
-        release.submitted_at = timezone.now()
-        _move(release, None, ReleaseState.IN_REVIEW, "release.back_to_review", why)
-        evidence.store(release)
+    if why := _evidence_lapsed(release):
+        release.submitted_at = timezone.now()  # they approved other evidence: start over
+    elif not (why := _quorum_lapsed(release)):
+        return release
+    _move(release, None, ReleaseState.IN_REVIEW, "release.back_to_review", why)
+    evidence.store(release)
     return release
 
 
@@ -220,13 +236,23 @@ def _approve_when_quorate(release, user):
     )
 
 
-def _approval_lapsed(release):
+def _evidence_lapsed(release):
     if release.engine.status != EngineStatus.VALID:
         return f"Its engine turned {release.engine.status} after approval."
     if blocking := blocking_gates(release):
         names = ", ".join(gate.name for gate in blocking)
         return f"Release gates changed after approval: {names} no longer open."
     return ""
+
+
+def _quorum_lapsed(release):
+    count, needed = len(approvals(release)), release.team.approvals_required
+    if count >= needed:
+        return ""
+    return (
+        f"The team now requires {needed} approval(s) and it has {count}: "
+        f"{needed - count} more needed."
+    )
 
 
 def _locked(release, action, *states):
