@@ -7,7 +7,6 @@ broker and local storage, all under `var/`. See README.md for the variables.
 import ipaddress
 import os
 import secrets
-from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -111,7 +110,6 @@ INSTALLED_APPS = [
     "deployhub.releases",
     "deployhub.figures",
     "deployhub.demo",
-    "axes",
 ]
 
 MIDDLEWARE = [
@@ -128,8 +126,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Late, so it sees a view's error first: database down 503, storage full 507, as JSON.
     "deployhub.outage.OutageMiddleware",
-    # Last, as django-axes asks: it turns a refused sign-in into the lockout page.
-    "axes.middleware.AxesMiddleware",
+    # Last, so it has the view's answer to replace: a locked-out sign-in gets the lockout page.
+    "deployhub.teams.throttle.SignInLockoutMiddleware",
 ]
 
 CACHES = {
@@ -195,19 +193,19 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-# Sign-in throttling (django-axes, deployhub/teams/throttle.py): after this many failed sign-ins
-# for one username, or from one address, that username or that address is locked out for the
-# cool-off; a refused attempt meanwhile neither counts nor extends it.
+# Sign-in throttling (deployhub/teams/throttle.py): failed sign-ins are counted per username
+# and address, and per address for any username (password spraying), each over a window from
+# its first failure. Reaching a limit locks that username out from that address, or that
+# address out for every username, for the lockout; a refused attempt meanwhile neither counts
+# nor extends it, and signing in clears the count of its own username and address.
 AUTHENTICATION_BACKENDS = [
     "deployhub.teams.throttle.SignInThrottle",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env_int("DEPLOYHUB_LOGIN_FAILURE_LIMIT", 10)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("DEPLOYHUB_LOGIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_LOCKOUT_CALLABLE = "deployhub.teams.throttle.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "deployhub.teams.throttle.client_address"
+DEPLOYHUB_LOGIN_FAILURE_LIMIT = env_int("DEPLOYHUB_LOGIN_FAILURE_LIMIT", 10)
+DEPLOYHUB_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("DEPLOYHUB_LOGIN_ADDRESS_FAILURE_LIMIT", 100)
+DEPLOYHUB_LOGIN_WINDOW_MINUTES = env_int("DEPLOYHUB_LOGIN_WINDOW_MINUTES", 15)
+DEPLOYHUB_LOGIN_LOCKOUT_MINUTES = env_int("DEPLOYHUB_LOGIN_LOCKOUT_MINUTES", 15)
 # Made-up API and device tokens: this many from one address within the lockout locks it out.
 DEPLOYHUB_TOKEN_FAILURE_LIMIT = env_int("DEPLOYHUB_TOKEN_FAILURE_LIMIT", 30)
 DEPLOYHUB_TOKEN_LOCKOUT_SECONDS = env_int("DEPLOYHUB_TOKEN_LOCKOUT_SECONDS", 600)

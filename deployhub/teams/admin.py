@@ -3,6 +3,7 @@ from django.contrib import admin
 from deployhub.teams.models import (
     Event,
     Membership,
+    SignInFailures,
     Team,
     TokenFailures,
     Webhook,
@@ -69,6 +70,22 @@ class TokenFailuresAdmin(admin.ModelAdmin):
     """Addresses that presented made-up tokens; delete a row to lift its lockout early."""
 
     list_display = ["address", "failures", "window_started_at", "locked_until"]
+    ordering = ["-window_started_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(SignInFailures)
+class SignInFailuresAdmin(admin.ModelAdmin):
+    """Failed sign-ins per username and address (username empty: per address); delete a row
+    to lift its lockout early."""
+
+    list_display = ["username", "address", "failures", "window_started_at", "locked_until"]
+    search_fields = ["username", "address"]
     ordering = ["-window_started_at"]
 
     def has_add_permission(self, request):

@@ -254,6 +254,74 @@ class TokenFailures(models.Model):
         return self.locked_until is not None and self.locked_until > now
 
 
+# The username of the row that counts an address's failures for every username.
+ANY_USERNAME = ""
+
+
+class SignInFailuresQuerySet(models.QuerySet):
+    def lockout_of(self, username, address, now):
+        """Return the row that locks this username out at this address (the pair's, or the
+        address's for every username), the one that ends last; None when neither does."""
+        keys = models.Q(username=username) | models.Q(username=ANY_USERNAME)
+        locked = self.filter(keys, address=address, locked_until__gt=now)
+        return locked.order_by("-locked_until").first()
+
+    def count_failure(self, username, address, now, *, limit, window, lockout):
+        """Count one failed sign-in on the row of (username, address); return the row when this
+        failure locked it out, else None.
+
+        The count runs over a window from its first failure; reaching `limit` locks the
+        row out for `lockout`, after which a new count starts. Rows of windows over and
+        lockouts ended go.
+        """
+        over = models.Q(locked_until__isnull=True) | models.Q(locked_until__lte=now)
+        self.filter(over, window_started_at__lte=now - window).delete()
+        with transaction.atomic():
+            row, _ = self.select_for_update().get_or_create(
+                username=username, address=address, defaults={"window_started_at": now}
+            )
+            if row.window_started_at <= now - window or row.lockout_ended(now):
+                row.failures, row.window_started_at, row.locked_until = 0, now, None
+            row.failures += 1
+            if row.failures == limit:
+                row.locked_until = now + lockout
+            row.save()
+        return row if row.failures == limit else None
+
+
+class SignInFailures(models.Model):
+    """Failed sign-ins of one username from one address, or (username empty) of every
+    username from one address: the counts that lock sign-ins out (teams/throttle.py)."""
+
+    username = models.CharField(
+        max_length=150, blank=True, help_text="Empty: the address's failures for any username."
+    )
+    address = models.CharField(max_length=64)
+    failures = models.PositiveIntegerField(default=0)
+    window_started_at = models.DateTimeField(help_text="The first failure of this count.")
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    objects = SignInFailuresQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "sign-in failures"
+        constraints = [
+            models.UniqueConstraint(fields=["address", "username"], name="sign_in_failures_key")
+        ]
+
+    def __str__(self):
+        who = self.username or "any username"
+        return f"{who} from {self.address}: {self.failures} failed sign-ins"
+
+    def lockout_ended(self, now):
+        return self.locked_until is not None and self.locked_until <= now
+
+    @property
+    def of_address(self):
+        """Tell whether this row counts the address's failures for every username."""
+        return self.username == ANY_USERNAME
+
+
 def validate_webhook_url(value):
     """Accept only an http or https URL that names a host, and not a blocked address by itself
     (teams/addresses.py; a host name's addresses are checked when a webhook is sent)."""

@@ -1,9 +1,15 @@
-"""Make guessing costly: sign-ins (django-axes) and API and device tokens, per client address.
+"""Make guessing costly: sign-ins per (username, address) and per address, API and device
+tokens per address.
 
-Sign-ins: after AXES_FAILURE_LIMIT failures for one username, or from one address,
-that username or address is locked out for AXES_COOLOFF_TIME (settings.py); the
-sign-in page says for how long, and each team of the locked user gets an audit
-event. Tokens: after DEPLOYHUB_TOKEN_FAILURE_LIMIT made-up tokens from one address
+Sign-ins: DEPLOYHUB_LOGIN_FAILURE_LIMIT failures of one username from one address
+lock that username out from that address, and DEPLOYHUB_LOGIN_ADDRESS_FAILURE_LIMIT
+failures from one address, whatever the usernames, lock that address out (password
+spraying), each counted over DEPLOYHUB_LOGIN_WINDOW_MINUTES and locked for
+DEPLOYHUB_LOGIN_LOCKOUT_MINUTES (settings.py). So people behind one address (an
+office NAT) do not lock each other out, and a stranger cannot lock a user out from
+her own address. A sign-in clears its own pair's count; the sign-in page says what
+is locked and until when, and each team of a locked-out user gets an audit event.
+Tokens: after DEPLOYHUB_TOKEN_FAILURE_LIMIT made-up tokens from one address
 within DEPLOYHUB_TOKEN_LOCKOUT_SECONDS, the API answers that address 429 for as
 long (deployhub/api/auth.py). A made-up token names nobody, so its lockout is a
 line in the log and a TokenFailures row in the admin, not a team's event.
@@ -14,16 +20,14 @@ import logging
 import math
 from datetime import timedelta
 
-from axes.backends import AxesStandaloneBackend
-from axes.helpers import get_client_username, get_cool_off
-from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Max, Q
+from django.contrib.auth.backends import BaseBackend
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
 
-from deployhub.teams.models import Event, Team, TokenFailures
+from deployhub.teams.models import ANY_USERNAME, Event, SignInFailures, Team, TokenFailures
 
 logger = logging.getLogger("deployhub.security")
 
@@ -52,8 +56,9 @@ def try_again_in(seconds):
     return f"try again in {minutes} minute{'' if minutes == 1 else 's'}"
 
 
-class SignInThrottle(AxesStandaloneBackend):
-    """Refuse a sign-in for a locked-out username or address (axes), before the password check.
+class SignInThrottle(BaseBackend):
+    """Refuse a sign-in whose username is locked out at its address, or whose address is,
+    before any password is checked (first in AUTHENTICATION_BACKENDS).
 
     Only sign-ins over HTTP are throttled: authenticate() without a request (the
     test client's login, a management command) has no address to count by.
@@ -62,45 +67,65 @@ class SignInThrottle(AxesStandaloneBackend):
     def authenticate(self, request, username=None, password=None, **kwargs):
         if request is None:
             return None
-        return super().authenticate(request, username, password, **kwargs)
+        lockout = SignInFailures.objects.lockout_of(
+            username or ANY_USERNAME, client_address(request), timezone.now()
+        )
+        if lockout is not None:
+            request.sign_in_lockout = lockout
+            raise PermissionDenied
+        return None
 
 
-def sign_in_lockout_seconds(request, credentials=None):
-    """Return the seconds until the sign-in lockout that refused this request ends."""
-    matching = Q(ip_address=request.axes_ip_address)
-    if username := get_client_username(request, credentials):
-        matching |= Q(username=username)
-    latest = AccessAttempt.objects.filter(matching).aggregate(at=Max("attempt_time"))["at"]
-    ends = (latest or timezone.now()) + get_cool_off(request)
-    return max(1, math.ceil((ends - timezone.now()).total_seconds()))
+def count_sign_in_failure(sender, credentials, request=None, **kwargs):
+    """Count a failed sign-in for its username at its address and for its address (Django's
+    user_login_failed); a lockout it begins is recorded and answered at once.
 
-
-def lockout_response(request, original_response=None, credentials=None):
-    """The sign-in page, 429, saying how long the lockout lasts (axes' AXES_LOCKOUT_CALLABLE)."""
-    seconds = sign_in_lockout_seconds(request, credentials)
-    message = f"Too many failed sign-ins: {try_again_in(seconds)}."
-    response = render(request, "registration/login.html", {"lockout": message}, status=429)
-    response["Retry-After"] = str(seconds)
-    return response
-
-
-def record_sign_in_lockout(sender, request, username, ip_address, **kwargs):
-    """When a lockout begins, log it and add an event to each team of the user it names.
-
-    axes also sends its signal for each refused attempt during the lockout; those
-    are not new lockouts, and record nothing.
+    A sign-in the throttle refused is not counted: a lockout never extends itself.
     """
-    if getattr(request, "axes_failures_since_start", None) != settings.AXES_FAILURE_LIMIT:
+    if request is None or hasattr(request, "sign_in_lockout"):
         return
-    minutes = round(get_cool_off(request).total_seconds() / 60)
+    username = str(credentials.get("username") or ANY_USERNAME)[:150]
+    limits = {username: settings.DEPLOYHUB_LOGIN_FAILURE_LIMIT} if username else {}
+    limits[ANY_USERNAME] = settings.DEPLOYHUB_LOGIN_ADDRESS_FAILURE_LIMIT
+    for key, limit in limits.items():
+        locked = SignInFailures.objects.count_failure(
+            key,
+            client_address(request),
+            timezone.now(),
+            limit=limit,
+            window=timedelta(minutes=settings.DEPLOYHUB_LOGIN_WINDOW_MINUTES),
+            lockout=timedelta(minutes=settings.DEPLOYHUB_LOGIN_LOCKOUT_MINUTES),
+        )
+        if locked is not None:
+            request.sign_in_lockout = locked
+            record_sign_in_lockout(locked)
+
+
+def forget_sign_in_failures(sender, request, user, **kwargs):
+    """Clear the failures of a user's username at the address she signed in from (Django's
+    user_logged_in). Her address's count stays: signing in to an account of one's own
+    does not buy more guesses at others'."""
+    username = user.get_username()
+    if request is None or not username:
+        return
+    SignInFailures.objects.filter(username=username, address=client_address(request)).delete()
+
+
+def record_sign_in_lockout(row):
+    """Log a sign-in lockout that began, and add an event to each team of the user it names."""
+    minutes = settings.DEPLOYHUB_LOGIN_LOCKOUT_MINUTES
+    who = "every username" if row.of_address else f"username {row.username!r}"
     logger.warning(
-        "sign-ins locked out for %s min: username %r from %s after %s failures",
+        "sign-ins locked out for %s min: %s from %s after %s failures",
         minutes,
-        username,
-        ip_address,
-        settings.AXES_FAILURE_LIMIT,
+        who,
+        row.address,
+        row.failures,
     )
-    user = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).first()
+    if row.of_address:
+        return
+    user_model = get_user_model()
+    user = user_model.objects.filter(**{user_model.USERNAME_FIELD: row.username}).first()
     if user is None:
         return
     for team in Team.objects.filter(memberships__user=user):
@@ -109,11 +134,45 @@ def record_sign_in_lockout(sender, request, username, ip_address, **kwargs):
             None,
             "user.locked_out",
             user,
-            user=username,
-            address=ip_address,
-            failures=settings.AXES_FAILURE_LIMIT,
+            user=row.username,
+            address=row.address,
+            failures=row.failures,
             minutes=minutes,
         )
+
+
+def lockout_message(row, seconds):
+    """Say what a sign-in lockout locks and until when."""
+    until = f"{timezone.localtime(row.locked_until):%H:%M %Z} ({try_again_in(seconds)})"
+    if row.of_address:
+        return (
+            f"Too many failed sign-ins from your address ({row.address}), whatever the "
+            f"username: nobody can sign in from it until {until}."
+        )
+    return (
+        f"Too many failed sign-ins as {row.username} from your address ({row.address}): "
+        f"{row.username} cannot sign in from it until {until}. "
+        "Other users at this address are not affected."
+    )
+
+
+class SignInLockoutMiddleware:
+    """Answer a sign-in that a lockout refused, or that began one, with the sign-in page, 429,
+    saying what is locked and until when (on /login/ and /admin/login/ alike)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        lockout = getattr(request, "sign_in_lockout", None)
+        if lockout is None:
+            return response
+        seconds = max(1, seconds_until(lockout.locked_until))
+        message = lockout_message(lockout, seconds)
+        response = render(request, "registration/login.html", {"lockout": message}, status=429)
+        response["Retry-After"] = str(seconds)
+        return response
 
 
 def token_lockout(request):
