@@ -1,13 +1,16 @@
 """The release endpoints of API v1: the whole flow by token, and each refusal with its status."""
 
+import copy
 import json
 
 import pytest
 
+from deployhub.engines.models import Engine
 from deployhub.releases.models import Release, ReleaseState
-from deployhub.teams.models import Role
-from tests.api_calls import token_for
+from deployhub.teams.models import Event, Role
+from tests.api_calls import call, token_for
 from tests.auto_builds import engine_of
+from tests.compile_jobs import FINGERPRINT, build, compile_
 from tests.conftest import PASSWORD, make_user
 from tests.gate_evidence import benchmarked, evaluated, passed_parity, ready_engine
 
@@ -67,7 +70,11 @@ def test_it_takes_a_release_to_production_and_rolls_back_the_next(
     assert answer.json()["state_reason"] == "p99 regressed"
     restored = get(client, bob, f"releases/{first}").json()
     assert restored["state"] == "production"
-    assert restored["state_reason"] == f"Restored by the rollback of #{second}: p99 regressed"
+    assert restored["state_reason"] == (
+        f"Restored by the rollback of #{second}: p99 regressed (promote's checks passed: "
+        f"engine #{restored['engine']['id']} valid, release gates open or overridden, "
+        "1 of the 1 approval(s) the team requires.)"
+    )
 
     listed = get(client, erin, f"models/{version.model_id}/releases").json()["releases"]
     assert [(r["id"], r["state"]) for r in listed] == [
@@ -352,3 +359,36 @@ def test_it_applies_a_quorum_raised_after_approval_at_promote(
     assert answer.json()["state"] == "approved"  # bob's approval still counts
     answer = post(client, bob, f"releases/{release}/promote").json()
     assert (answer["state"], answer["approvals"]) == ("production", {"count": 3, "required": 3})
+
+
+def test_a_rollback_refuses_to_restore_an_engine_that_went_stale(
+    client, version, device_class, make_device, alice, bob, erin
+):
+    # Production runs an engine built on the class's device; the device then upgrades
+    # ONNX Runtime (the engine turns stale) and a build for it is promoted in its place.
+    _, token = make_device("line-1")
+    build(client, compile_(version, device_class, alice)[1], token)
+    first_engine = Engine.objects.get()
+    passed_parity(first_engine)
+    evaluated(first_engine, agreement=0.999)
+    benchmarked(first_engine, p99=15.0)
+    first = approved(client, erin, bob, first_engine)
+    assert post(client, bob, f"releases/{first}/promote").json()["state"] == "production"
+    upgraded = copy.deepcopy(FINGERPRINT)
+    upgraded["onnxruntime"]["version"] = "1.33.0"
+    call(client, token, "device/heartbeat", {"fingerprint": upgraded})
+    assert get(client, bob, f"engines/{first_engine.pk}").json()["status"] == "stale"
+    second = approved(client, erin, bob, ready_engine(version, device_class, "int8"))
+    post(client, bob, f"releases/{second}/promote")
+
+    answer = post(client, alice, f"releases/{second}/rollback", {"reason": "p99 regressed"})
+
+    assert answer.status_code == 409
+    assert answer.json()["error"] == (
+        f"Not rolled back: the release it would restore, #{first}, fails promote's checks: "
+        "its engine turned stale after approval. Propose and promote a release that passes "
+        "them instead."
+    )
+    assert get(client, bob, f"releases/{second}").json()["state"] == "production"
+    assert get(client, bob, f"releases/{first}").json()["state"] == "retired"
+    assert not Event.objects.filter(verb__in=["release.rolled_back", "release.restored"])

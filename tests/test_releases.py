@@ -172,7 +172,7 @@ def test_a_rollback_never_restores_a_revoked_engine(version, device_class, erin,
     first.engine.status = EngineStatus.REVOKED
     first.engine.save()
 
-    with pytest.raises(ReleaseRefused, match="revoked engine"):
+    with pytest.raises(ReleaseRefused, match="fails promote's checks: its engine turned revoked"):
         actions.rollback(second, bob, "p99 regressed")
 
     second.refresh_from_db()
@@ -262,6 +262,12 @@ def quorum_raised(client, admin, approvals):
     client.logout()
 
 
+def in_production(engine, author, reviewer):
+    release = in_review(engine, author)
+    actions.review(release, reviewer, "approve")
+    return actions.promote(release, reviewer)
+
+
 def test_the_promote_button_applies_a_quorum_raised_after_approval(
     client, version, device_class, alice, bob, erin
 ):
@@ -277,6 +283,48 @@ def test_the_promote_button_applies_a_quorum_raised_after_approval(
     assert "1 of 2 approvals needed" in page
     release.refresh_from_db()
     assert release.state == ReleaseState.IN_REVIEW and not release.promoted_at
+
+
+def test_the_rollback_button_applies_promotes_checks_and_says_so(
+    client, version, device_class, alice, bob, erin
+):
+    first = in_production(ready_engine(version, device_class, "fp32"), erin, bob)
+    second = in_production(ready_engine(version, device_class, "int8"), erin, bob)
+    client.login(username="bob", password=PASSWORD)
+
+    page = client.post(
+        f"/releases/{second.pk}/rollback", {"reason": "p99 regressed"}, follow=True
+    ).content.decode()
+
+    assert "Rolled back: the release it restored passed promote&#x27;s checks" in page
+    assert Release.objects.get(pk=first.pk).state == ReleaseState.PRODUCTION
+    restored = Event.objects.get(verb="release.restored")
+    assert restored.data["checks"] == (
+        f"promote's checks passed: engine #{first.engine_id} valid, release gates open or "
+        "overridden, 1 of the 1 approval(s) the team requires"
+    )
+    audit = client.get("/team/audit/?verb=release.restored").content.decode()
+    assert "promote&#x27;s checks passed" in audit
+
+
+def test_the_rollback_button_refuses_a_release_short_of_the_quorum_in_force(
+    client, version, device_class, alice, bob, erin
+):
+    first = in_production(ready_engine(version, device_class, "fp32"), erin, bob)
+    second = in_production(ready_engine(version, device_class, "int8"), erin, bob)
+    quorum_raised(client, alice, 2)
+    client.login(username="bob", password=PASSWORD)
+
+    page = client.post(
+        f"/releases/{second.pk}/rollback", {"reason": "p99 regressed"}, follow=True
+    ).content.decode()
+
+    assert (
+        f"Not rolled back: the release it would restore, #{first.pk}, fails promote&#x27;s "
+        "checks: the team now requires 2 approval(s) and it has 1: 1 more needed." in page
+    )
+    assert Release.objects.get(pk=second.pk).state == ReleaseState.PRODUCTION
+    assert Release.objects.get(pk=first.pk).state == ReleaseState.RETIRED
 
 
 def test_a_refusal_is_said_on_the_page_and_changes_nothing(

@@ -162,7 +162,11 @@ def _promote(release, user):
 
 
 def rollback(release, user, reason):
-    """Take a production release out and restore the one it replaced, saying why."""
+    """Take a production release out and restore the one it replaced, saying why.
+
+    The release it restores must pass promote's checks (its engine valid, its gates open,
+    the approvals the team requires now); the restore says it did, in its reason and event.
+    """
     require_role(user, release.team, Role.REVIEWER)
     reason = (reason or "").strip()
     if not reason:
@@ -174,19 +178,22 @@ def rollback(release, user, reason):
         previous = Release.objects.select_for_update().filter(pk=release.replaced_id).first()
         if previous is None or previous.state != ReleaseState.RETIRED:
             raise ReleaseRefused("There is no previous production release to restore.")
-        if previous.engine.status == EngineStatus.REVOKED:
+        if why := _approval_lapsed(previous):
             raise ReleaseRefused(
-                f"The release it would restore, #{previous.pk}, runs a revoked engine: "
-                "propose a valid engine instead of rolling back."
+                f"Not rolled back: the release it would restore, #{previous.pk}, fails "
+                f"promote's checks: {why[0].lower()}{why[1:]} Propose and promote a release "
+                "that passes them instead."
             )
         _move(release, user, ReleaseState.ROLLED_BACK, "release.rolled_back", reason)
         previous.promoted_at = timezone.now()
+        checks = promote_checks(previous)
         return _move(
             previous,
             user,
             ReleaseState.PRODUCTION,
             "release.restored",
-            f"Restored by the rollback of #{release.pk}: {reason}",
+            f"Restored by the rollback of #{release.pk}: {reason} ({checks}.)",
+            checks=checks,
         )
 
 
@@ -206,6 +213,15 @@ def recheck(release):
     _move(release, None, ReleaseState.IN_REVIEW, "release.back_to_review", why)
     evidence.store(release)
     return release
+
+
+def promote_checks(release):
+    """Say which of promote's checks the release passed, for a restore's reason and event."""
+    count, needed = len(approvals(release)), release.team.approvals_required
+    return (
+        f"promote's checks passed: engine #{release.engine_id} valid, release gates open "
+        f"or overridden, {count} of the {needed} approval(s) the team requires"
+    )
 
 
 def production_of(model, device_class, lock=False):
@@ -234,6 +250,11 @@ def _approve_when_quorate(release, user):
         "release.approved",
         f"Approved by {count} of the {needed} reviewer(s) the team requires.",
     )
+
+
+def _approval_lapsed(release):
+    """Say why the release no longer passes promote's checks; "" when it does."""
+    return _evidence_lapsed(release) or _quorum_lapsed(release)
 
 
 def _evidence_lapsed(release):
@@ -273,11 +294,11 @@ def _require_state(release, action, *states):
         )
 
 
-def _move(release, user, state, verb, reason=""):
+def _move(release, user, state, verb, reason="", **data):
     before = release.state
     release.state, release.state_reason = state, reason or ""
     release.save()
-    _record(release, user, verb, before, reason=reason)
+    _record(release, user, verb, before, reason=reason, **data)
     return release
 
 

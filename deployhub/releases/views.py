@@ -146,7 +146,8 @@ def release_rollback(request, pk):
         request,
         pk,
         lambda r: actions.rollback(r, request.user, reason),
-        "Rolled back: the previous release is production again.",
+        "Rolled back: the release it restored passed promote's checks (a valid engine, open "
+        "gates, the approvals the team requires) and is production again.",
     )
 
 
