@@ -7,6 +7,7 @@ IoU, exact strings, cosine, top-1 agreement) against the class's `agreement` flo
 where lower is better). Plain values in, so stored runs and the figures' rows share it.
 """
 
+import math
 from typing import NamedTuple
 
 from workers.tasks import DEFAULT_TOLERANCES, TASKS
@@ -143,7 +144,9 @@ def checked_overrides(overrides):
 
 
 def _check_bound(task, key, value):
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{task}.{key} must be a number of 0 or more (or null), not {value!r}.")
+    """Refuse a bound that is not a finite number of 0 or more (a fraction where it is one)."""
+    finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not finite or value < 0:
+        raise ValueError(f"{task}.{key} must be a finite number of 0 or more, not {value!r}.")
+    if key == "agreement" and TASKS[task].agreement.higher_is_better and value > 1:
+        raise ValueError(f"{task}.agreement is a share from 0 to 1, not {value!r}.")

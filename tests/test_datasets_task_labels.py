@@ -198,6 +198,23 @@ def test_a_coco_zip_gives_boxes_where_the_objects_are_in_the_input(tmp_path):
     )
 
 
+def test_a_coco_file_listing_more_images_than_the_zip_holds_keeps_those_it_has(tmp_path):
+    # The whole val2017 annotations beside a few of its images, as teams have them.
+    annotations = [
+        {"id": 1, "image_id": 1, "bbox": [60, 30, 80, 60], "category_id": 1},
+        {"id": 2, "image_id": 2, "bbox": [10, 10, 40, 40], "category_id": 1},
+        {"id": 3, "image_id": 3, "bbox": [10, 10, 40, 40], "category_id": 1},
+    ]
+    document = coco(["a.png", "elsewhere.png", "too.png"], annotations)
+
+    facts, stored = read(
+        tmp_path, zip_of({"a.png": png(), "annotations.json": document}), task="detection"
+    )
+
+    assert stored["label_sample"].tolist() == [0] and len(stored["inputs"]) == 1
+    assert "2 listed images not in the archive left out" in facts["label_summary"]
+
+
 def test_coco_keypoints_are_mapped_with_their_boxes(tmp_path):
     keypoints = [100, 60, 2, 5, 5, 2]
     annotations = [
@@ -380,7 +397,7 @@ ONE_BOX = [{"image_id": 1, "bbox": [60, 30, 80, 60], "category_id": 1}]
         ),
         (
             {"a.png": png(), "annotations.json": coco(["gone.png"], ONE_BOX)},
-            "annotations.json names 'gone.png', which is not an image in the archive.",
+            "annotations.json lists 1 image and none of them is in the archive.",
         ),
         (
             {

@@ -4,6 +4,8 @@ The evaluate results are stored as a worker sends them (AccuracyRun.record); the
 decoders and metrics are tests/test_worker_tasks*.py, a real run is tests/test_e2e_tasks.py.
 """
 
+import json
+
 import pytest
 
 from deployhub import accuracy
@@ -156,20 +158,21 @@ def test_a_classifier_keeps_its_top1_tolerance(device_class):
     "overrides, error",
     [
         ({"detektion": {"drop": 1}}, "'detektion' is not a task"),
-        ({"detection": {"drop": -1}}, "detection.drop must be a number of 0 or more"),
+        ({"detection": {"drop": -1}}, "detection.drop must be a finite number of 0 or more"),
+        ({"detection": {"drop": None}}, "detection.drop must be a finite number of 0 or more"),
+        ({"detection": {"agreement": 1.5}}, "detection.agreement is a share from 0 to 1"),
         ({"detection": {"floor": 1}}, 'detection: give {"drop": points, "agreement": bound}'),
         ([1, 2], "Tolerances per task are a JSON object"),
+        ('{"detection": {"drop": NaN}}', "NaN"),
     ],
 )
 def test_it_refuses_bad_tolerances_per_task(device_class, overrides, error):
-    import json
-
     data = {
         "name": device_class.name,
         "serving_pattern": device_class.serving_pattern,
         "frame_budget_ms": 33.3,
         "accuracy_tolerance": 1.0,
-        "task_tolerances": json.dumps(overrides),
+        "task_tolerances": overrides if isinstance(overrides, str) else json.dumps(overrides),
     }
     form = DeviceClassEditForm(data, instance=device_class)
     assert not form.is_valid()

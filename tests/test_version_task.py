@@ -76,6 +76,7 @@ def test_the_team_confirms_or_corrects_the_task_through_the_api(client, detector
     version.refresh_from_db()
     assert version.task["confirmed"] and version.task["params"]["score_threshold"] == 0.4
     assert version.task["params"]["head"] == "anchors_last"  # the rest filled in
+    assert version.task["params"]["image_size"] == [10, 30]  # boxes still clipped to the image
     assert Event.objects.filter(verb="version.task_declared").count() == 1
 
 
@@ -86,6 +87,11 @@ def test_the_team_confirms_or_corrects_the_task_through_the_api(client, detector
         ({"task": "detection", "params": {"output": "nope"}}, "nope"),
         ({"task": "detection", "params": {"score_threshold": "high"}}, "score_threshold"),
         ({"task": "detection", "params": [1]}, "JSON object"),
+        (
+            {"task": "detection", "params": {"head": "nms_outputs", "outputs": {"boxes": ["b"]}}},
+            "outputs",
+        ),
+        ({"task": {"detection": 1}}, "Say which task"),
     ],
 )
 def test_a_bad_declaration_is_refused_and_changes_nothing(client, detector, body, error):
@@ -144,16 +150,28 @@ def test_every_evaluation_reads_the_outputs_as_declared(alice, detector, device_
     assert job.params["task"] == {"task": "detection", "params": version.task["params"]}
 
 
-def test_versions_stored_before_tasks_get_a_proposal_when_the_hub_migrates(detector):
-    from importlib import import_module
-
-    from django.apps import apps
-
+def test_a_version_stored_before_tasks_is_offered_a_proposal_and_judged_as_before(
+    client, alice, detector, device_class
+):
     version, _ = detector
     ModelVersion.objects.filter(pk=version.pk).update(task={})
-    migration = import_module("deployhub.registry.migrations.0006_propose_tasks")
-
-    migration.propose_tasks(apps, None)
-
     version.refresh_from_db()
-    assert version.task["task"] == "detection" and version.task["confirmed"] is False
+    client.login(username="alice", password=PASSWORD)
+
+    page = client.get(version.get_absolute_url()).content.decode()
+
+    assert "none declared: judged as a classifier" in page and 'id="task-name">detection<' in page
+    job = request_evaluation(
+        stored_engine(version, device_class), alice, golden_set=None, dataset=_dataset(version)
+    )
+    assert "task" not in job.params  # still read as a classifier until a person confirms
+    version.refresh_from_db()
+    assert version.task == {}
+
+
+def _dataset(version):
+    from deployhub.registry.models import Dataset
+
+    return Dataset.objects.create(
+        model=version.model, kind="validation", name="v", samples=4, size=1, input_dtype="float32"
+    )

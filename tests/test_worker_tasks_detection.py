@@ -54,7 +54,7 @@ def decode(output, params, task=DETECTION):
 
 
 def test_it_decodes_an_anchors_last_head_to_xyxy_boxes_above_the_threshold():
-    output = anchors_last(OBJECTS + [(200, 200, 10, 10, 1, 0.2)])  # below 0.25
+    output = anchors_last(OBJECTS + [(200, 200, 10, 10, 1, 0.1)])  # below 0.25 - 0.05
     params = declared(output)
 
     (found,) = decode(output, params)
@@ -70,7 +70,7 @@ def test_it_decodes_an_anchors_last_head_to_xyxy_boxes_above_the_threshold():
 def test_it_decodes_an_anchors_first_head_with_objectness_times_class_score():
     output = np.zeros((1, 300, 5 + 2), np.float32)
     output[0, 0] = [50, 50, 10, 20, 0.5, 0.2, 0.9]  # 0.5 x 0.9 = 0.45, class 1
-    output[0, 1] = [10, 10, 4, 4, 0.4, 0.5, 0.1]  # 0.4 x 0.5 = 0.2: below 0.25
+    output[0, 1] = [10, 10, 4, 4, 0.4, 0.25, 0.1]  # 0.4 x 0.25 = 0.1: below 0.25 - 0.05
     outputs = [{"name": "out", "dtype": "float32", "shape": [1, 300, 7]}]
     params = normalise({"task": "detection", "params": {"head": "anchors_first"}}, outputs)[
         "params"
@@ -408,3 +408,18 @@ def test_heatmap_keypoints_are_each_maps_peak():
     assert reference[0]["keypoints"][0, :, :2].tolist() == [[5, 3], [2, 10]]
     assert agreement == {"keypoint_error_px": pytest.approx(2.5)}
     assert task.score(reference, {}, params) == {"map": None, "map50": None}
+
+
+def test_a_borderline_box_one_side_drops_by_a_hair_is_no_disagreement():
+    # The source scores a box 0.2505, the build 0.2495: the build's is decoded (it is within
+    # the margin under the 0.25 threshold) to be matched, and not counted as missing.
+    source = anchors_last(OBJECTS[:3] + [(80, 80, 20, 20, 1, 0.2505)])
+    build = anchors_last(OBJECTS[:3] + [(80, 80, 20, 20, 1, 0.2495)])
+    params = declared(source)
+    (ours,), (theirs,) = decode(source, params), decode(build, params)
+
+    agreement = DETECTION.agree([ours], [theirs], params)
+
+    assert agreement["f1"] == 1.0 and agreement["recall"] == 1.0
+    gone = anchors_last(OBJECTS[:3])  # the box really missing: a disagreement
+    assert DETECTION.agree([ours], decode(gone, params), params)["recall"] == pytest.approx(3 / 4)

@@ -1,6 +1,6 @@
 from django import forms
 
-from deployhub import accuracy
+from deployhub import accuracy, json_input
 from deployhub.devices.models import DeviceClass, ServingPattern
 
 GATE_FIELDS = [
@@ -62,9 +62,11 @@ class DeviceClassEditForm(forms.ModelForm):
         return tolerance
 
     def clean_task_tolerances(self):
-        try:
-            return accuracy.checked_overrides(self.cleaned_data["task_tolerances"] or {})
-        except ValueError as exc:
+        raw = self.data.get("task_tolerances", "")
+        try:  # json_input refuses NaN and Infinity, which Django's JSON field lets through
+            value = json_input.parse(raw, "task_tolerances") if str(raw).strip() else {}
+            return accuracy.checked_overrides(value)
+        except (json_input.JSONInputError, ValueError) as exc:
             raise forms.ValidationError(str(exc)) from exc
 
     def clean(self):

@@ -65,6 +65,8 @@ def accuracy_gate(engine):
 
 
 def _bound_text(run, bound):
+    if bound is None:
+        return "no bound set"
     if run.labelled:
         return f"{run.metric_drop_points:.2f} points from the FP32 reference, at most {bound:g}"
     return f"bound {bound:g}"

@@ -145,8 +145,10 @@ class Facet:
         """The band in words: "mAP drop ≤ 1 pt", "F1 ≥ 0.99"."""
         tolerance = self.device_class.tolerance_for(self.task)
         spec = accuracy.task_of(self.task)
-        if self.accuracy_kind == "labelled":
+        if self.accuracy_kind == "labelled" and tolerance.drop is not None:
             return f"{spec.labelled.key} drop ≤ {tolerance.drop:g} pt"
+        if tolerance.agreement is None:
+            return "no tolerance"
         way = "≥" if spec.agreement.higher_is_better else "≤"
         return f"{spec.agreement.key} {way} {tolerance.agreement:g}"
 

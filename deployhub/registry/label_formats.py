@@ -181,7 +181,11 @@ def _find_image(name, images, where):
         return matches[0]
     if matches:
         raise LabelError(f"{where} names {name!r}, and the archive holds several images so named.")
-    raise LabelError(f"{where} names {name!r}, which is not an image in the archive.")
+    raise MissingImage(f"{where} names {name!r}, which is not an image in the archive.")
+
+
+class MissingImage(LabelError):
+    """A label names an image the archive does not hold."""
 
 
 class ImageIndex:
@@ -283,11 +287,13 @@ def read_coco(root, images):
     where = _relative(root, path)
     document = _load_json(path, where)
     index = ImageIndex(images)
-    files, declared = _coco_images(document, index, where)
+    files, declared, absent = _coco_images(document, index, where)
     classes, names = _coco_categories(document, where)
-    objects, crowds = _coco_annotations(document, files, classes, where)
+    objects, crowds = _coco_annotations(document, files, classes, where, absent)
     listed = ", ".join(f"{i} {name}" for i, name in enumerate(names))
     notes = [f"class i is the i-th category by id: {listed}"]
+    if absent:
+        notes.insert(0, f"{plural(len(absent), 'listed image')} not in the archive left out")
     if crowds:
         notes.insert(0, f"{plural(crowds, 'crowd annotation')} left out")
     return BoxLabels(images, objects, normalised=False, declared=declared, notes=notes)
@@ -327,17 +333,29 @@ def _entry(item, keys, where, what):
 
 
 def _coco_images(document, index, where):
-    files, declared, seen = {}, {}, set()
+    """Return ({image id: archive path}, {path: declared size}, ids of images not in the zip).
+
+    A COCO file may list more images than the zip holds (the whole val2017 beside a few of
+    its images): those are left out with their annotations; none found is an error.
+    """
+    files, declared, seen, absent = {}, {}, set(), set()
     for item in document["images"]:
         item = _entry(item, ("id", "file_name"), where, "image")
-        name = _find_image(str(item["file_name"]), index, where)
+        try:
+            name = _find_image(str(item["file_name"]), index, where)
+        except MissingImage:
+            absent.add(item["id"])
+            continue
         if name in seen:
             raise LabelError(f"{where} lists {name!r} twice.")
         files[item["id"]] = name
         seen.add(name)
         if isinstance(item.get("width"), int) and isinstance(item.get("height"), int):
             declared[name] = (item["width"], item["height"])
-    return files, declared
+    if absent and not files:
+        listed = plural(len(absent), "image")
+        raise LabelError(f"{where} lists {listed} and none of them is in the archive.")
+    return files, declared, absent
 
 
 def _coco_categories(document, where):
@@ -354,10 +372,12 @@ def _coco_categories(document, where):
     return {cid: i for i, cid in enumerate(ids)}, [named[cid] for cid in ids]
 
 
-def _coco_annotations(document, files, classes, where):
+def _coco_annotations(document, files, classes, where, absent=()):
     objects, crowds = {}, 0
     for item in document["annotations"]:
         item = _entry(item, ("image_id", "bbox", "category_id"), where, "annotation")
+        if item["image_id"] in absent:
+            continue
         if item.get("iscrowd"):
             crowds += 1
             continue

@@ -26,6 +26,7 @@ from deployhub.registry.forms import (
     GoldenSetForm,
     TaskForm,
 )
+from deployhub.registry.tasks import proposed_task
 from deployhub.sections import Sections
 from workers.backends.known import BACKENDS
 from workers.preprocessing import generate_code
@@ -94,12 +95,7 @@ def _registry_part(version):
             initial={"notes": version.notes, "tags": ", ".join(version.tags)}
         ),
         "dataset_form": DatasetForm(),
-        "task_form": TaskForm(
-            initial={
-                "task": version.task.get("task"),
-                "params": json.dumps(version.task.get("params", {}), indent=1),
-            }
-        ),
+        **_task_part(version),
         "golden_form": GoldenSetForm(),
         "code": generate_code(version.preprocessing, title=str(version))
         if version.preprocessing
@@ -110,6 +106,20 @@ def _registry_part(version):
         "children": version.children.all(),
         "datasets": version.model.datasets.all(),
         "golden_sets": version.golden_sets.all(),
+    }
+
+
+def _task_part(version):
+    """The version's task, or for one stored before tasks (judged as a classifier until a
+    person declares one) what its outputs suggest, offered in the form and never applied."""
+    shown = version.task or proposed_task(
+        {"inputs": version.inputs, "outputs": version.outputs, "graph": version.graph}
+    )
+    initial = {"task": shown.get("task"), "params": json.dumps(shown.get("params", {}), indent=1)}
+    return {
+        "task": shown,
+        "task_declared": bool(version.task),
+        "task_form": TaskForm(initial=initial),
     }
 
 

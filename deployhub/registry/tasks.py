@@ -5,8 +5,11 @@ head's layout, score threshold, IoU, box format, class count); every evaluation 
 version's engines reads them with it and judges them in the task's own terms.
 """
 
+from django.db import transaction
+
 from deployhub.teams.models import Event
 from workers.tasks import TASKS, TaskError, normalise, propose
+from workers.tasks.propose import BOX_TASKS, image_size
 
 
 class TaskRefused(ValueError):
@@ -45,6 +48,8 @@ def declared(version, task, params):
         raise TaskRefused(
             'The task\'s params are a JSON object, such as {"score_threshold": 0.25}.'
         )
+    if task in BOX_TASKS and "image_size" not in params:  # boxes are clipped to the image
+        params = {**params, "image_size": image_size(version.inputs)}
     try:
         return normalise({"task": task, "params": params}, version.outputs)
     except TaskError as exc:
@@ -56,7 +61,13 @@ def declare_task(version, user, task, params):
     declaration = declared(version, task, params)
     before = version.task
     version.task = {**declaration, "why": f"declared by {user}", "confirmed": True}
-    version.save(update_fields=["task"])
+    with transaction.atomic():
+        version.save(update_fields=["task"])
+        _record(version, user, before)
+    return version
+
+
+def _record(version, user, before):
     Event.record(
         version.team,
         user,
@@ -65,7 +76,6 @@ def declare_task(version, user, task, params):
         before=_summary(before),
         after=_summary(version.task),
     )
-    return version
 
 
 def _summary(declaration):

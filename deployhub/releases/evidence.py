@@ -10,6 +10,7 @@ Every status is a GateStatus value; a link is a URL path to the run behind it.
 from django.urls import reverse
 from django.utils import timezone
 
+from deployhub import accuracy
 from deployhub.engines.actions import compatibility, key_for
 from deployhub.engines.gates import accuracy_gate, performance_gate, release_gates
 from deployhub.engines.models import Engine, EngineStatus
@@ -258,7 +259,8 @@ def _accuracy_delta(candidate, production):
         metric, name = candidate.metric, candidate.headline
         values = candidate.engine_value, production.engine_value
     else:
-        metric, name = candidate.agreement_metric or "top1_agreement", candidate.headline
+        metric = candidate.agreement_metric or "top1_agreement"
+        name = accuracy.headline_name(candidate.task, labelled=False)
         values = candidate.agreement_value, production.agreement_value
     if None in values:
         return None
@@ -275,9 +277,8 @@ def _comparison_sentence(current, deltas, toolchain, fingerprint):
     ):
         delta = deltas[name]
         parts.append(f"{label} {delta['delta']:+.2f} {unit}" if delta else f"{label} unmeasured")
-    accuracy = deltas["accuracy"]
-    if accuracy:
-        parts.append(f"{accuracy['name']} {accuracy['delta']:+.2f} points")
+    if change := deltas["accuracy"]:
+        parts.append(f"{change['name']} {change['delta']:+.2f} points")
     else:
         parts.append("accuracy unevaluated")
     changed = describe_differences({**toolchain, **fingerprint}) or "the same toolchain"

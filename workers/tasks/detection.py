@@ -55,6 +55,8 @@ NMS_ROLES = {
 }
 # A YOLO-style output: anchors on an axis this large (or symbolic), channels on one this small.
 MIN_ANCHORS = 100
+# Detections are decoded this far below the score threshold, to be matched, never counted.
+MATCH_MARGIN = 0.05
 MIN_CHANNELS = 5
 
 
@@ -177,7 +179,8 @@ def _check_rows(task, params, outputs):
 def _nms_outputs(task, params, outputs):
     """Return {"boxes","scores","classes","count"} output names of a head with NMS in the graph."""
     given = params.get("outputs") or {}
-    if not isinstance(given, dict) or set(given) - set(NMS_ROLES):
+    named = isinstance(given, dict) and all(v is None or isinstance(v, str) for v in given.values())
+    if not named or set(given) - set(NMS_ROLES):
         raise TaskError(
             f"{task} param 'outputs' must map some of {', '.join(NMS_ROLES)} to output names, "
             f"got {given!r}"
@@ -240,6 +243,15 @@ def _channel_count(task, params, outputs):
     return shape[axis] if shape and known(shape[axis]) else None
 
 
+def decode_floor(params):
+    """Return the score detections are decoded down to: the threshold less MATCH_MARGIN.
+
+    A box a hair under the threshold on one side still matches its twin a hair over it on the
+    other (workers/tasks/matching.py): a build is not failed for flipping a borderline box.
+    """
+    return max(0.0, params["score_threshold"] - MATCH_MARGIN)
+
+
 def detections(outputs, names, params, batch, real):
     """Return each real sample's detections: boxes xyxy, scores, classes, extras [k, E]; boxes
     clipped to the image (image_size), as YOLO's own post-processing clips them."""
@@ -285,7 +297,7 @@ def _anchors(row, params):
     if base == 5:
         class_scores = class_scores * table[:, 4:5]
     best = class_scores.max(axis=1)
-    keep = np.flatnonzero(best > params["score_threshold"])
+    keep = np.flatnonzero(best > decode_floor(params))
     found = {
         "boxes": to_xyxy(table[keep, :4], params["box_format"]),
         "scores": best[keep],
@@ -317,7 +329,7 @@ def _table_rows(table, params):
     """Return the detections of rows x1,y1,x2,y2 (or the box format), score, class: those
     above the score threshold with a class (>= 0), best first, at most max_detections."""
     table = np.asarray(table, dtype=np.float64)
-    table = table[(table[:, 4] > params["score_threshold"]) & (table[:, 5] >= 0)]
+    table = table[(table[:, 4] > decode_floor(params)) & (table[:, 5] >= 0)]
     table = table[np.argsort(-table[:, 4], kind="stable")][: params["max_detections"]]
     return {
         "boxes": to_xyxy(table[:, :4], params["box_format"]),
@@ -353,7 +365,8 @@ class Detection(Task):
         return [without_extras(found) for found in detections(outputs, names, params, batch, real)]
 
     def agree(self, reference, candidate, params):
-        return detection_agreement(reference, candidate, matches(reference, candidate))
+        pairs = matches(reference, candidate)
+        return detection_agreement(reference, candidate, pairs, params["score_threshold"])
 
     def score(self, objects, labels, params):
         return mean_average_precision(objects, labels)

@@ -71,7 +71,7 @@ class InstanceSegmentation(Detection):
 
     def agree(self, reference, candidate, params):
         pairs = matches(reference, candidate)
-        agreement = detection_agreement(reference, candidate, pairs)
+        agreement = detection_agreement(reference, candidate, pairs, params["score_threshold"])
         return {**agreement, "mask_iou": mask_iou(reference, candidate, pairs)}
 
 
@@ -144,7 +144,7 @@ class Keypoints(Detection):
         if params["head"] == "heatmaps":
             return {"keypoint_error_px": _peak_distance(reference, candidate)}
         pairs = matches(reference, candidate)
-        agreement = detection_agreement(reference, candidate, pairs)
+        agreement = detection_agreement(reference, candidate, pairs, params["score_threshold"])
         return {**agreement, "keypoint_error_px": keypoint_error(reference, candidate, pairs)}
 
     def score(self, objects, labels, params):

@@ -37,28 +37,45 @@ def matches(reference, candidate):
     return [match(ours, theirs) for ours, theirs in zip(reference, candidate, strict=True)]
 
 
-def detection_agreement(reference, candidate, pairs):
+def detection_agreement(reference, candidate, pairs, threshold=0.0):
     """Return precision, recall, f1, mean_iou and score_error of candidate against reference.
 
-    A share with nothing to count (no detection on the side it divides by) is 1.0 when the
-    other side has none either, else 0.0; mean_iou and score_error are None without pairs.
+    Only detections scoring above threshold count: precision is the share of the
+    candidate's that match one of the source's, recall the share of the source's that
+    match one of the candidate's. Their match may score a little under the threshold (the
+    decoders keep a margin below it), so a borderline box that one side keeps and the other
+    drops by a hair is no disagreement. A share with nothing to count is 1.0 when the other
+    side has none either, else 0.0; mean_iou and score_error are None without pairs.
     """
-    matched = sum(len(image) for image in pairs)
-    extra = sum(len(found["scores"]) for found in candidate) - matched
-    missed = sum(len(found["scores"]) for found in reference) - matched
+    counted = [
+        (theirs["scores"][i] > threshold, ours["scores"][j] > threshold, iou, i, j)
+        for ours, theirs, image in zip(reference, candidate, pairs, strict=True)
+        for i, j, iou in image
+    ]
+    shown = sum(int(np.sum(np.asarray(found["scores"]) > threshold)) for found in candidate)
+    wanted = sum(int(np.sum(np.asarray(found["scores"]) > threshold)) for found in reference)
+    precision = _share(sum(1 for c, _, _, _, _ in counted if c), shown, wanted)
+    recall = _share(sum(1 for _, r, _, _, _ in counted if r), wanted, shown)
+    kept = [pair for pair in counted if pair[0] or pair[1]]
     return {
-        "precision": _share(matched, matched + extra, missed),
-        "recall": _share(matched, matched + missed, extra),
-        "f1": _share(2 * matched, 2 * matched + extra + missed, 0),
-        "mean_iou": mean_or_none([iou for image in pairs for _, _, iou in image]),
-        "score_error": mean_or_none(
-            [
-                abs(float(theirs["scores"][i]) - float(ours["scores"][j]))
-                for ours, theirs, image in zip(reference, candidate, pairs, strict=True)
-                for i, j, _ in image
-            ]
-        ),
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "mean_iou": mean_or_none([iou for _, _, iou, _, _ in kept]),
+        "score_error": _score_error(reference, candidate, pairs, threshold),
     }
+
+
+def _score_error(reference, candidate, pairs, threshold):
+    """Return the mean score difference of matched pairs either side counts (None if none)."""
+    return mean_or_none(
+        [
+            abs(float(theirs["scores"][i]) - float(ours["scores"][j]))
+            for ours, theirs, image in zip(reference, candidate, pairs, strict=True)
+            for i, j, _ in image
+            if theirs["scores"][i] > threshold or ours["scores"][j] > threshold
+        ]
+    )
 
 
 def _share(part, whole, other):
