@@ -39,6 +39,7 @@ from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD, stored_engine
 from tests.figure_results import seed_runs
 from tests.url_routes import filled, routes
+from workers.fingerprint import shape as fingerprint_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -127,6 +128,11 @@ RIGHT = {
     **{"scenario": "single-stream", "batch_size": 1, "tags": "a", "slug": "fuzz-class"},
     **{"frame_budget_ms": 33.3, "url": "https://example.com/h", "atol": 0.001, "rtol": 0.001},
 }
+# A device's fingerprint, each field the hub reads wrong in turn, inside too (a fingerprint
+# whose os was a string made every later heartbeat of its device a 500).
+FINGERPRINT_FIELDS = sorted(fingerprint_shape())
+WRONG_INSIDE = {"version": 3, "flags": "avx2", "machine": [], "driver_api": True, "ok": "yes"}
+WRONG_FIELDS = ["Linux", 3, ["x"], True, WRONG_INSIDE, [{"compute_capability": 8.6}]]
 RAW_FORMS = [b"name=%ff%fe&notes=%00&team=%c3", b"a=%zz&&=&"]
 FILES = [
     (ASSETS / "digits_cnn_v2.onnx").read_bytes(),
@@ -145,6 +151,9 @@ def bodies(fields, right):
     alone), a form, a raw form that is not UTF-8, multipart with a file."""
     drawn = st.dictionaries(keys(fields), json_values, max_size=6)
     objects = drawn | drawn.map(lambda body: {**right, **body})
+    if "fingerprint" in fields:
+        fingerprints = st.dictionaries(st.sampled_from(FINGERPRINT_FIELDS), json_values)
+        objects |= st.builds(lambda body, fp: {**body, "fingerprint": fp}, objects, fingerprints)
     form = st.dictionaries(keys(fields), form_text, max_size=6)
     return st.one_of(
         st.tuples(st.just("json"), objects.map(lambda body: json.dumps(body).encode())),
@@ -172,7 +181,21 @@ def sweep(fields, methods, group, right):
     if group == "page":
         return requests + [("POST", ("json", raw)) for raw in RAW_JSON[:1] + RAW_JSON[4:5]]
     requests += [("POST", ("json", json.dumps(dict.fromkeys(fields, v)))) for v in JSON_SWEEP]
+    if "fingerprint" in fields:
+        requests += fingerprint_sweep(fields, right)
     return requests + [("POST", ("json", raw)) for raw in RAW_JSON]
+
+
+def fingerprint_sweep(fields, right):
+    """Bodies of the view's right fields with each field of the fingerprint wrong in turn,
+    then the right fingerprint again: the device's next heartbeat."""
+    right = {name: value for name, value in right.items() if name in fields}
+    wrong = [
+        {**right, "fingerprint": {**right["fingerprint"], field: value}}
+        for field in FINGERPRINT_FIELDS
+        for value in WRONG_FIELDS
+    ]
+    return [("POST", ("json", json.dumps(body))) for body in [*wrong, right]]
 
 
 def one_at_a_time(fields, group, right):

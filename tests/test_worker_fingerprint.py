@@ -58,6 +58,9 @@ def test_it_collects_the_documented_fields():
     assert collected["cpu"]["isa_level"] == fingerprint.isa_level(collected["cpu"]["flags"])
     assert collected["memory_mb"] == psutil.virtual_memory().total // 2**20
     assert json.loads(json.dumps(collected)) == collected
+    # The hub checks every field's type (a field it does not check is one it does not read).
+    assert set(fingerprint.shape()) == set(collected)
+    assert fingerprint.shape_problem(collected) == ""
 
 
 def test_it_reports_the_same_fingerprint_twice_in_a_row():
@@ -233,6 +236,7 @@ def test_it_reads_gpus_driver_and_cuda_from_nvml(monkeypatch):
     assert collected["nvidia_driver"] == "550.54.15"
     assert collected["cuda"]["driver_api"] == "12.4"
     assert fake.shutdowns == 1
+    assert fingerprint.shape_problem(collected) == ""
 
 
 def test_it_reports_what_nvml_refuses_as_none(monkeypatch):

@@ -138,6 +138,76 @@ def diff(old, new):
     return lines
 
 
+# The type of every field the hub reads (compatibility keys, preflight, diff, pages), as
+# collect() reports them: a type, [shape] for a list of that shape, {field: shape} for an
+# object, {ANY: shape} for an object whose every field has that shape. A field may be null
+# (unknown) or absent; fields not named are kept as they are (an override may add one).
+ANY = "*"
+SHAPE = {
+    "schema": int,
+    "os": {"system": str, "release": str, "machine": str},
+    "python": str,
+    "hostname": str,
+    "cpu": {"model": str, "count": int, "flags": [str], "isa_level": str},
+    "memory_mb": int,
+    "gpus": [{"index": int, "name": str, "uuid": str, "compute_capability": str, "memory_mb": int}],
+    "nvidia_driver": str,
+    "cuda": {"driver_api": str, "runtime": str},
+    "torch": {"version": str, "cuda": str, "cudnn": str},
+    "cudnn": {"version": str},
+    "capabilities": {ANY: {ANY: {"ok": bool, "reason": str}}},
+}
+KINDS = {str: "text", int: "an integer", bool: "true or false", list: "a list", dict: "an object"}
+
+
+def shape():
+    """Return SHAPE with each registered backend's runtime entry (what _runtimes reports)."""
+    from workers.backends.known import BACKENDS
+
+    runtimes = {b.runtime: b.runtime_fields for b in BACKENDS.values() if b.runtime not in SHAPE}
+    return {**SHAPE, **runtimes}
+
+
+def shape_problem(fingerprint):
+    """Say which field of a fingerprint the hub cannot read, and why; "" when it can read all.
+
+    "fingerprint.os must be an object (or null), not text": readers take a field of the
+    wrong type for another (a string's characters as CPU flags) or fail on it.
+    """
+    if not isinstance(fingerprint, dict):
+        return f"fingerprint must be an object, not {_kind(fingerprint)}"
+    return _shape_problem(fingerprint, shape(), "fingerprint")
+
+
+def _shape_problem(value, expected, where):
+    """Say where value, or a value inside it, is not of the expected shape ("" when all are)."""
+    wanted = type(expected) if isinstance(expected, list | dict) else expected
+    if not isinstance(value, wanted) or (isinstance(value, bool) and wanted is not bool):
+        return f"{where[:120]} must be {KINDS[wanted]} (or null), not {_kind(value)}"
+    if isinstance(expected, list):
+        inside = ((f"{where}[{i}]", item, expected[0]) for i, item in enumerate(value))
+    elif isinstance(expected, dict):
+        fields = value if ANY in expected else [key for key in expected if key in value]
+        inside = (
+            (f"{where}.{key}", value[key], expected.get(key, expected.get(ANY))) for key in fields
+        )
+    else:
+        return ""
+    for place, item, inner in inside:
+        if item is not None and (problem := _shape_problem(item, inner, place)):
+            return problem
+    return ""
+
+
+def _kind(value):
+    """Name a JSON value's type as people read it ("text", "a list", "null")."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return "a number with a fraction"
+    return KINDS.get(type(value), type(value).__name__)
+
+
 def _os():
     """Return the operating system's name, release and machine type."""
     return {
@@ -427,7 +497,13 @@ def _describe_scalar(key, before, after):
 
 def _describe_section(label):
     """Return a describer of a dict of fields (os, cpu, cuda) whose lines start with label."""
-    return lambda key, before, after: _describe_dict(label, before or {}, after or {})
+
+    def describe(key, before, after):
+        if not all(isinstance(side, dict | None) for side in (before, after)):
+            return [_change(label, before, after)]  # a section stored before shapes were checked
+        return _describe_dict(label, before or {}, after or {})
+
+    return describe
 
 
 def _describe_toolchain(key, before, after):

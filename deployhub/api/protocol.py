@@ -26,6 +26,7 @@ from deployhub.engines.models import Engine, EngineStatus
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
+from workers.fingerprint import shape_problem
 
 
 def _attempt(data):
@@ -118,10 +119,19 @@ def whoami(request, device):
     return JsonResponse(_device_json(device))
 
 
+def _fingerprint(data):
+    """The fingerprint a heartbeat reports, None when none; BadInput naming a field the hub
+    cannot read (workers/fingerprint.py SHAPE): such a fingerprint is not kept."""
+    fingerprint = json_object(data, "fingerprint")
+    if fingerprint is not None and (problem := shape_problem(fingerprint)):
+        raise BadInput(f"{problem}.")
+    return fingerprint
+
+
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = json_object(json_body(request, scrub=True), "fingerprint")
+    fingerprint = _fingerprint(json_body(request, scrub=True))
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
     device.record_heartbeat()

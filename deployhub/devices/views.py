@@ -21,6 +21,7 @@ from deployhub.devices.models import Device
 from deployhub.devices.pages import class_sections, device_sections
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
+from workers.fingerprint import shape_problem
 from workers.tasks import TASKS
 
 
@@ -165,8 +166,12 @@ def device_drain(request, pk):
 @login_required
 def device_detail(request, pk):
     device = get_device_for_user(request, pk)
+    # One stored before the hub checked shapes may hold a field it cannot read: shown raw only.
+    problem = shape_problem(device.fingerprint)
     context = {
         "device": device,
+        "fingerprint": {} if problem else device.fingerprint,
+        "fingerprint_problem": problem,
         "changes": device.fingerprint_changes.all()[:50],
         "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
         **device_sections.context(device),

@@ -10,6 +10,7 @@ from workers.backends.base import cpu_isa
 from workers.backends.graph_report import quantised_by_authors
 from workers.backends.known import BACKENDS
 from workers.convert import CONVERT_OPSET
+from workers.fingerprint import shape_problem
 
 
 @dataclass
@@ -151,8 +152,10 @@ def _check_hardware(verdict, fingerprints, precision):
 
 
 def class_fingerprints(device_class):
-    """The fingerprints the class's devices reported (none yet: left out)."""
-    return [d.fingerprint for d in device_class.devices.all() if d.fingerprint]
+    """The fingerprints the class's devices reported (none yet, or one stored before the hub
+    checked their shape that it cannot read: left out)."""
+    devices = device_class.devices.all()
+    return [d.fingerprint for d in devices if d.fingerprint and not shape_problem(d.fingerprint)]
 
 
 def preflight(version, device_class, backends, precision="fp32", fingerprints=None):

@@ -74,6 +74,9 @@ class Backend(abc.ABC):
     # show (FP32 builds match to rounding), and what its install needs besides the pip extra.
     selftest_tolerance: ClassVar[float] = 1e-4
     install_note: ClassVar[str] = ""
+    # What probe_runtime() reports, field by field, as the hub checks a fingerprint's entry
+    # of the runtime (workers/fingerprint.py SHAPE says how a shape reads).
+    runtime_fields: ClassVar[dict] = {"version": str}
 
     @classmethod
     def host_problems(cls, fingerprint):

@@ -106,6 +106,7 @@ class OnnxRuntimeBackend(Backend):
     max_opset = 23
     extra_domains = ("com.microsoft",)
     auto_builds = {"fp32": {}, "int8": {"precision": "int8"}}
+    runtime_fields = {"version": str, "providers": [str]}
     # int8: quantize_static after quant_pre_process, whose symbolic shape inference needs sympy.
     build_imports = {
         "int8": (

@@ -102,6 +102,7 @@ class OpenVinoBackend(Backend):
     max_opset = 22
     unsupported_ops = frozenset({"StringNormalizer", "TfIdfVectorizer", "RegexFullMatch"})
     auto_builds = {"fp32": {}, "bf16": {"precision": "bf16"}, "int8": {"precision": "int8"}}
+    runtime_fields = {"version": str, "devices": [str]}
     # int8: NNCF's post-training quantisation of the converted model.
     build_imports = {"int8": ("nncf", "nncf.openvino.quantization.quantize_model")}
 

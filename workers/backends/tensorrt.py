@@ -116,7 +116,7 @@ class TensorRTBackend(Backend):
     def calibration_cache(cls, build_config, fingerprint, model_sha256, dataset_sha256):
         """INT8 scales depend on the model, the samples and the TensorRT release only, so
         the devices of one TensorRT version share a cache (tensorrt_plan.calibration_fields)."""
-        version = ((fingerprint or {}).get("tensorrt") or {}).get("version")
+        version = tool_version(fingerprint, "tensorrt")
         if not version or not plan.needs_calibration(build_config or {}):
             return None
         samples = plan.resolved(build_config)["calibration_samples"]
