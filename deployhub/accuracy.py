@@ -16,10 +16,12 @@ CLASSIFICATION = "classification"
 
 
 class Tolerance(NamedTuple):
-    """A class's tolerance for one task: points of the labelled headline, and an agreement bound."""
+    """A class's tolerance for one task: points of the labelled headline, an agreement bound,
+    and a bound for each of the task's guards ({key: bound})."""
 
     drop: float | None
     agreement: float | None
+    guards: dict = {}
 
 
 def tolerance_for(task, accuracy_tolerance, overrides=None):
@@ -33,7 +35,8 @@ def tolerance_for(task, accuracy_tolerance, overrides=None):
     else:
         base = dict(DEFAULT_TOLERANCES.get(task) or DEFAULT_TOLERANCES["generic"])
     base.update((overrides or {}).get(task) or {})
-    return Tolerance(base.get("drop"), base.get("agreement"))
+    guards = {guard.key: base.get(guard.key) for guard in task_of(task).guards}
+    return Tolerance(base.get("drop"), base.get("agreement"), guards)
 
 
 def task_of(name):
@@ -47,12 +50,30 @@ def points_lost(task, before, after):
     return ((before - after) if higher else (after - before)) * 100
 
 
-def breach(task, tolerance, *, before=None, after=None, agreement=None):
+def breach(task, tolerance, *, before=None, after=None, agreement=None, agreements=None):
     """Say how a run falls outside a tolerance; '' when within.
 
     before and after are the labelled headline of the source and the candidate (None
-    without labels); agreement is the agreement headline's value.
+    without labels); agreement is the agreement headline's value; agreements every
+    agreement figure of the run, for the task's guards (judged with or without labels).
     """
+    return _headline_breach(task, tolerance, before, after, agreement) or _guard_breach(
+        task, tolerance, agreements or {}
+    )
+
+
+def _guard_breach(task, tolerance, agreements):
+    for guard in task_of(task).guards:
+        bound, value = tolerance.guards.get(guard.key), agreements.get(guard.key)
+        if bound is None or value is None:
+            continue
+        if (value < bound) if guard.higher_is_better else (value > bound):
+            way = "at least" if guard.higher_is_better else "at most"
+            return f"{guard.label} is {value:.4g} (tolerance: {way} {bound:g})"
+    return ""
+
+
+def _headline_breach(task, tolerance, before, after, agreement):
     spec = task_of(task)
     if before is not None and after is not None and spec.labelled is not None:
         lost = points_lost(task, before, after)
@@ -119,6 +140,10 @@ def describe_tolerance(task, tolerance):
         way = "at least" if spec.agreement.higher_is_better else "at most"
         lead = "without labels, " if parts else ""
         parts.append(f"{lead}{spec.agreement.label} {way} {tolerance.agreement:g}")
+    for guard in spec.guards:
+        if (bound := tolerance.guards.get(guard.key)) is not None:
+            way = "at least" if guard.higher_is_better else "at most"
+            parts.append(f"and {guard.label} {way} {bound:g}")
     return "; ".join(parts) or "no tolerance"
 
 
@@ -136,11 +161,17 @@ def checked_overrides(overrides):
     for task, values in overrides.items():
         if task not in TASKS:
             raise ValueError(f"{task!r} is not a task (tasks: {', '.join(sorted(TASKS))}).")
-        if not isinstance(values, dict) or not set(values) <= {"drop", "agreement"}:
-            raise ValueError(f'{task}: give {{"drop": points, "agreement": bound}}.')
+        keys = ["drop", "agreement", *(guard.key for guard in TASKS[task].guards)]
+        if not isinstance(values, dict) or not set(values) <= set(keys):
+            raise ValueError(f"{task}: give {_keys_text(keys)}.")
         for key, value in values.items():
             _check_bound(task, key, value)
     return overrides
+
+
+def _keys_text(keys):
+    named = {"drop": "points", "agreement": "bound"}
+    return "{" + ", ".join(f'"{key}": {named.get(key, "bound")}' for key in keys) + "}"
 
 
 def _check_bound(task, key, value):

@@ -244,3 +244,35 @@ def test_an_older_classifier_run_still_reads_its_top1_agreement(version, device_
     assert run.tolerance_breach(device_class) == (
         "top-1 agrees with the FP32 reference on 95.0% of samples (tolerance: at least 99.0%)"
     )
+
+
+def test_keypoints_are_judged_on_their_detections_too(version, device_class):
+    # Exact keypoints on a quarter of the source's people: the pixel error alone would pass.
+    version.task = {"task": "keypoints", "params": {}}
+    version.save()
+    run = AutoRun.objects.create(model_version=version, device_class=device_class)
+    result = evaluate_result("keypoints", "keypoint_error_px", 0.0)
+    result["agreement"]["f1"] = 0.4
+    build = measured(run, "int8", 5.0, result)
+
+    assert build.accuracy.tolerance_breach(device_class) == (
+        "detection F1 vs FP32 is 0.4 (tolerance: at least 0.99)"
+    )
+    result["agreement"]["f1"] = 1.0
+    assert not measured(run, "fp16", 6.0, result).accuracy.tolerance_breach(device_class)
+
+
+def test_an_instance_segmenter_is_judged_on_its_masks_too(version, device_class):
+    version.task = {"task": "instance_segmentation", "params": {}}
+    version.save()
+    run = AutoRun.objects.create(model_version=version, device_class=device_class)
+    result = evaluate_result("instance_segmentation", "f1", 1.0, "map", 0.5, 0.499)
+    result["agreement"]["mask_iou"] = 0.6  # boxes right, masks broken: labels judge boxes only
+
+    build = measured(run, "int8", 5.0, result)
+
+    assert build.accuracy.tolerance_breach(device_class) == (
+        "mask IoU of matched instances vs FP32 is 0.6 (tolerance: at least 0.9)"
+    )
+    device_class.task_tolerances = {"instance_segmentation": {"mask_iou": 0.5}}
+    assert not build.accuracy.tolerance_breach(device_class)

@@ -173,6 +173,7 @@ class AccuracyRun(models.Model):
             before=self.reference_value,
             after=self.engine_value,
             agreement=self.agreement_value,
+            agreements=self.details.get("agreement"),
         )
 
     @property

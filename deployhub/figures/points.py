@@ -43,6 +43,7 @@ ACCURACY_FIELDS = (
     "details__metric",
     "details__reference",
     "details__engine",
+    "details__agreement",
 )
 ENGINE_FIELDS = (
     "id",
@@ -203,6 +204,7 @@ class Point:
             before=self.reference_value,
             after=self.engine_value,
             agreement=self.agreement,
+            agreements=(self.accuracy or {}).get("details__agreement"),
         )
 
 

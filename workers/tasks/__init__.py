@@ -21,12 +21,14 @@ from workers.tasks.propose import propose
 
 # Per task: "drop" in points (x100) of the labelled headline in its bad direction (None:
 # no labelled metric), "agreement" the floor of the agreement headline (ceiling, in pixels,
-# for keypoints' error). A device class may override them per task.
+# for keypoints' error), and a bound for each of the task's guards (Task.guards: mask IoU
+# beside an instance segmenter's F1, F1 beside keypoints' error). A device class may
+# override them per task.
 DEFAULT_TOLERANCES = {
     "classification": {"drop": 1.0, "agreement": 0.99},
     "detection": {"drop": 1.0, "agreement": 0.99},
-    "instance_segmentation": {"drop": 1.0, "agreement": 0.99},
-    "keypoints": {"drop": 1.0, "agreement": 2.0},
+    "instance_segmentation": {"drop": 1.0, "agreement": 0.99, "mask_iou": 0.9},
+    "keypoints": {"drop": 1.0, "agreement": 2.0, "f1": 0.99},
     "semantic_segmentation": {"drop": 1.0, "agreement": 0.99},
     "text_recognition": {"drop": 0.5, "agreement": 0.99},
     "embedding": {"drop": None, "agreement": 0.999},

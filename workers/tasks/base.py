@@ -60,6 +60,9 @@ class Task:
     labelled_keys = ()
     label_arrays = ()
     params = ()
+    # Agreement figures judged beside the headline, each against a bound of its own (named by
+    # its key in DEFAULT_TOLERANCES): what the headline alone would let through.
+    guards = ()
 
     def normalise(self, params, outputs):
         """Return params with defaults filled and names checked against outputs."""
