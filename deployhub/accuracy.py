@@ -44,6 +44,14 @@ def task_of(name):
     return TASKS.get(name or CLASSIFICATION) or TASKS["generic"]
 
 
+def labelled_value(metric, top1, figures):
+    """Return one side's labelled headline of a run: top-1 from its column (top1) when the
+    metric is top-1 (or unnamed: a run from before tasks), else from its stored figures."""
+    if (metric or "top1") == "top1":
+        return top1
+    return (figures or {}).get(metric)
+
+
 def points_lost(task, before, after):
     """Return the labelled headline's change from source to candidate, in points, bad way up."""
     higher = task_of(task).labelled.higher_is_better

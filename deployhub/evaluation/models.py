@@ -113,9 +113,8 @@ class AccuracyRun(models.Model):
         return self.details.get("metric") or "top1"
 
     def _labelled(self, which):
-        if self.metric == "top1":
-            return self.reference_top1 if which == "reference" else self.top1
-        return (self.details.get(which) or {}).get(self.metric)
+        top1 = self.reference_top1 if which == "reference" else self.top1
+        return accuracy.labelled_value(self.metric, top1, self.details.get(which))
 
     @property
     def reference_value(self):

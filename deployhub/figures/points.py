@@ -157,10 +157,10 @@ class Point:
 
     def _labelled(self, which):
         run = self.accuracy or {}
-        metric = run.get("details__metric") or "top1"
-        if metric == "top1":
-            return run.get("reference_top1" if which == "reference" else "top1")
-        return (run.get(f"details__{which}") or {}).get(metric)
+        top1 = run.get("reference_top1" if which == "reference" else "top1")
+        return accuracy.labelled_value(
+            run.get("details__metric"), top1, run.get(f"details__{which}")
+        )
 
     @property
     def reference_value(self):
