@@ -102,20 +102,29 @@ def _version_fields(request):
 
 
 def _upload(request, model):
+    export_on = _export_on(request, model.team)
     try:
         version = create_version(model, _file(request), request.user, **_version_fields(request))
     except DuplicateVersion as exc:
         raise Conflict(str(exc), existing=version_json(exc.version)) from exc
-    _export_pt2(request, version)
+    _export_pt2(request, version, export_on)
     return version
 
 
-def _export_pt2(request, version):
-    """Queue a .pt2's export on the class named by 'export_on' (or the team's first)."""
+def _export_on(request, team):
+    """Return the team's class named by 'export_on', or None when none is named; an unknown
+    one is refused before anything is stored (never another class in its place)."""
+    slug = request.POST.get("export_on")
+    chosen = team.device_classes.filter(slug=slug).first() if slug else None
+    if slug and chosen is None:
+        raise BadInput(f"{team} has no device class {slug[:40]!r} to export on.")
+    return chosen
+
+
+def _export_pt2(request, version, chosen):
+    """Queue a .pt2's export on the class chosen (or the team's first)."""
     if version.format != VersionFormat.PT2:
         return
-    slug = request.POST.get("export_on")
-    chosen = version.team.device_classes.filter(slug=slug).first() if slug else None
     if device_class := conversion_class(version, chosen):
         submit_export(version, device_class, request.user)
 
@@ -142,6 +151,7 @@ def models(request):
     name = text(request.POST, "name", "", max_length=field_length(Model, "name")).strip()
     if not name:
         raise BadInput("A model needs a 'name'.")
+    export_on = _export_on(request, team)
     try:
         model, version = create_model(
             team,
@@ -153,7 +163,7 @@ def models(request):
         )
     except DuplicateModelName as exc:
         raise BadInput(str(exc)) from exc
-    _export_pt2(request, version)
+    _export_pt2(request, version, export_on)
     return JsonResponse({**model_json(model), "version": version_json(version)}, status=201)
 
 

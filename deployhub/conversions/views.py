@@ -34,12 +34,26 @@ def queue_export(request, version, device_class):
     messages.info(request, f"Export to ONNX queued on {device_class} as job #{job.pk}.")
 
 
+def chosen_class(request, version):
+    """Return the team's device class the form chose, or None when it chose none; raise
+    ConversionRefused for one that is not the team's (never fall back to another)."""
+    posted = request.POST.get("device_class", "")
+    device_class = team_class(version.team, posted)
+    if posted and device_class is None:
+        raise ConversionRefused(f"{version.team} has no device class {posted[:40]!r}.")
+    return device_class
+
+
 @login_required
 @require_POST
 def version_export(request, pk):
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = team_class(version.team, request.POST.get("device_class"))
+    try:
+        device_class = chosen_class(request, version)
+    except ConversionRefused as exc:
+        messages.error(request, f"Not exported: {exc}")
+        return redirect(version)
     queue_export(request, version, device_class)
     return redirect(version)
 
@@ -50,8 +64,8 @@ def version_convert(request, pk):
     """Queue the conversion of an ONNX version to another opset (a derived child version)."""
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = team_class(version.team, request.POST.get("device_class"))
     try:
+        device_class = chosen_class(request, version)
         job = submit_convert(version, device_class, request.user, request.POST.get("opset"))
     except ConversionRefused as exc:
         messages.error(request, f"Not converted: {exc}")
