@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from deployhub.gunicorn_worker import WORKER_CLASS
+
 ROOT = Path(__file__).resolve().parent.parent
 # The device workers run in make run's environment (the Makefile says where), as users get it.
 RUN_PYTHON = os.environ.get("DEPLOYHUB_RUN_PYTHON") or sys.executable
@@ -95,7 +97,7 @@ class Stack:
 
     def gunicorn(self, url, options, env=None, nice=0):
         host = url.removeprefix("http://")
-        command = ("-m", "gunicorn", "deployhub.wsgi", "-b", host, *options)
+        command = ("-m", "gunicorn", "deployhub.wsgi", "-b", host, "-k", WORKER_CLASS, *options)
         return self.start(sys.executable, *command, env={**self.env, **(env or {})}, nice=nice)
 
     def start(self, python, *command, env=None, nice=0):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from deployhub.gunicorn_worker import WORKER_CLASS
 from tests.private_services import Postgres, Process, Redis, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +107,8 @@ class Stack:
             "2",
             "--threads",
             "4",
+            "--worker-class",
+            WORKER_CLASS,
             "--timeout",
             "120",
             "--graceful-timeout",

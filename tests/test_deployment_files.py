@@ -50,6 +50,16 @@ def test_every_compose_command_exists_in_the_project():
     assert {name: why for name, why in problems.items() if why} == {}
 
 
+def test_every_hub_gunicorn_answers_a_url_too_long_in_json():
+    """gunicorn's own 414 is an HTML page; the hub's worker class answers it in JSON."""
+    from deployhub.gunicorn_worker import WORKER_CLASS
+
+    gunicorns = {name: cmd for name, cmd in compose_commands().items() if cmd[0] == "gunicorn"}
+    assert set(gunicorns) == {"web", "devices"}
+    for name, command in gunicorns.items():
+        assert command[command.index("--worker-class") + 1] == WORKER_CLASS, name
+
+
 def test_the_check_catches_a_command_that_does_not_exist():
     assert check_command(["python", "manage.py", "no_such_command"])
     assert check_command(["deployhub-nothing", "run"])

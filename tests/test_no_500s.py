@@ -6,17 +6,21 @@ on the auto page, a user in no team, and on PostgreSQL an over-long name or a NU
 """
 
 import json
+import socket
+import subprocess
 
 import pytest
+import requests
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from deployhub.demo.management.commands.run_embedded import Command
 from deployhub.jobs.actions import claim_job
 from deployhub.jobs.models import Job
 from deployhub.registry.models import Model, ModelVersion
 from deployhub.releases.models import Release
 from tests.api_calls import onnx_upload, token_for
-from tests.conftest import PASSWORD, stored_engine
+from tests.conftest import PASSWORD, stored_engine, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -324,6 +328,41 @@ def test_it_answers_a_broken_multipart_body_with_a_json_400(client, alice):
         client, "/api/v1/models", b"--x\r\nnonsense", token_for(alice), "multipart/form-data"
     )
     assert_refused(response, 400, says="multipart")
+
+
+def test_a_url_too_long_for_gunicorn_is_the_json_error_body_too(tmp_path):
+    """gunicorn refuses a request line over 4,094 bytes before Django sees it: make run's web
+    command answers that in JSON, as every API error (docker-compose.yml's run the same)."""
+    port, command = free_port(), Command()
+    command.log_dir = tmp_path
+    url = f"http://127.0.0.1:{port}"
+    [web] = [c for c in command.children(url, "127.0.0.1", port, "t") if c.name == "web"]
+    env = {k: v for k, v in web.env.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env["DEPLOYHUB_VAR_DIR"] = str(tmp_path / "var")
+    log = tmp_path / "web.log"
+    process = subprocess.Popen(
+        web.command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_until(lambda: listening(port), 60, "gunicorn", on_timeout=log.read_text)
+        for path in ("/api/v1/models", "/models/"):
+            response = requests.get(f"{url}{path}?q={'x' * 5000}", timeout=30)
+            assert response.status_code == 414, response.text[:300]
+            assert "at most 4,094 bytes" in response.json()["error"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening(port):
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_it_leaves_the_html_404_page_alone_outside_the_api(client, alice):

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from deployhub.demo.management.commands.seed_demo import LOCAL_CLASS, LOCAL_DEVICE, demo_password
 from deployhub.devices.models import Device
 from deployhub.embedded import Child, Supervisor, describe_exit, keep_private
+from deployhub.gunicorn_worker import WORKER_CLASS
 
 
 def sqlite_files():
@@ -78,7 +79,8 @@ class Command(BaseCommand):
         envs = {"local-worker": {**worker_env, "DEPLOYHUB_DEVICE_TOKEN": token}}
         commands = {
             "web": ["gunicorn", "deployhub.wsgi", "--bind", f"{host}:{port}"]
-            + ["--workers", "2", "--threads", "4", "--access-logfile", "-"]
+            + ["--workers", "2", "--threads", "4", "--worker-class", WORKER_CLASS]
+            + ["--access-logfile", "-"]
             # Devices heartbeat every few seconds on one kept connection: a 2 s keep-alive
             # (gunicorn's default) closed it under them now and then (a reset in make bench).
             + ["--keep-alive", "75"]
