@@ -2,6 +2,7 @@
 
 import hashlib
 import hmac
+import html
 import json
 import subprocess
 import sys
@@ -90,6 +91,29 @@ def test_it_refuses_a_url_that_is_not_http_or_https_with_a_host(url):
     assert "Enter an http:// or https:// URL with a host" in form.errors["url"][0]
 
 
+@pytest.mark.parametrize(
+    "url, said",
+    [
+        ("http://%00/", "'%00' is not a host name or an IP address."),
+        ("http://ci.example.com:0/hook", "A port is from 1 to 65535, not 0."),
+        ("http://ci.example.com:99999/hook", "A port is from 1 to 65535, not 99999."),
+        # urlsplit's host is example.com; a browser's, evil.example
+        ("http://evil.example\\@example.com/", "A URL cannot hold '\\\\'"),
+        ("http://ci.example.com/a hook", "A URL cannot hold ' '"),
+        ("http://a@b@example.com/", "Enter an http:// or https:// URL with a host"),
+        ("http://[fe80::1%25eth0]/", "is not an IPv6 address"),
+        ("http://ci.example.com:+80/", "Enter an http:// or https:// URL with a host"),
+    ],
+)
+def test_it_refuses_a_url_it_cannot_read_strictly_saying_why(client, demo_team, alice, url, said):
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.post("/team/settings/", {"action": "add_webhook", "url": url, "events": ""})
+
+    assert response.status_code == 400 and said in html.unescape(response.content.decode())
+    assert not Webhook.objects.exists() and not Event.objects.filter(verb="webhook.created")
+
+
 def test_it_accepts_http_and_https_urls_and_reads_the_prefixes():
     form = WebhookForm({"url": "https://ci.example.com/h?x=1", "events": "release., job.failed"})
 
@@ -97,6 +121,8 @@ def test_it_accepts_http_and_https_urls_and_reads_the_prefixes():
     assert form.cleaned_data["events"] == ["release.", "job.failed"]
     assert WebhookForm({"url": "http://10.0.0.2:8080/", "events": ""}).is_valid()
     assert not WebhookForm({"url": "http://x.example/", "events": "Release!"}).is_valid()
+    for url in ("http://ci_server:8080/h", "https://[2001:db8::1]:8443/", "http://CI.example./"):
+        assert WebhookForm({"url": url, "events": ""}).is_valid(), url
 
 
 def test_an_admin_adds_a_webhook_sees_its_secret_once_and_deletes_it(client, demo_team, alice):
@@ -130,6 +156,17 @@ def test_a_bad_url_is_said_on_the_page_and_adds_nothing(client, demo_team, alice
     assert response.status_code == 400
     assert "Enter an http:// or https:// URL with a host" in response.content.decode()
     assert not Webhook.objects.exists()
+
+
+def test_deleting_another_teams_webhook_is_a_404_and_deletes_nothing(client, alice, charlie):
+    theirs = Webhook.objects.create(team=charlie.memberships.get().team, url="https://c.example/")
+    client.login(username="alice", password=PASSWORD)
+
+    response = client.post("/team/settings/", {"action": "delete_webhook", "webhook": theirs.pk})
+
+    assert response.status_code == 404 and "Webhook deleted." not in response.content.decode()
+    assert Webhook.objects.filter(pk=theirs.pk).exists()
+    assert not Event.objects.filter(verb="webhook.deleted").exists()
 
 
 def test_a_non_admin_cannot_add_or_delete_a_webhook(client, demo_team, alice, bob):
@@ -319,7 +356,7 @@ def test_a_bad_port_a_bad_id_and_secrets_in_the_url_are_handled(client, demo_tea
         validate_webhook_url("https://ci.example.com:99999/hook")
     client.login(username="alice", password=PASSWORD)
     response = client.post("/team/settings/", {"action": "delete_webhook", "webhook": "abc"})
-    assert response.status_code in (200, 302)
+    assert response.status_code == 404
     client.post(
         "/team/settings/",
         {"action": "add_webhook", "url": "https://user:pw@hooks.example.com/x?token=s3cret"},
@@ -577,7 +614,11 @@ def test_each_address_of_a_name_is_tried_in_turn(
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://example.com/hook", "http://example.com:99999/", "http:///x", "https://:443/x"]
+    "url",
+    [
+        *("ftp://example.com/hook", "http://example.com:99999/", "http:///x", "https://:443/x"),
+        *("http://evil.invalid\\@example.invalid/", "http://%00/", "http://example.com:0/"),
+    ],
 )
 def test_a_stored_url_the_form_would_refuse_is_a_failed_attempt_not_a_crash(
     eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks, url

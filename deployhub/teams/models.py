@@ -2,7 +2,6 @@
 
 import hashlib
 import secrets
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -10,6 +9,7 @@ from django.db import models, transaction
 
 from deployhub.choices import ChoiceSet
 from deployhub.teams.addresses import BlockedAddress, check_literal_host
+from deployhub.teams.webhook_url import read_webhook_url
 
 
 class Role(models.IntegerChoices):
@@ -323,20 +323,15 @@ class SignInFailures(models.Model):
 
 
 def validate_webhook_url(value):
-    """Accept only an http or https URL that names a host, and not a blocked address by itself
-    (teams/addresses.py; a host name's addresses are checked when a webhook is sent)."""
+    """Accept only an http or https URL that the sender reads as the form does (webhook_url.py),
+    and not a blocked address by itself (teams/addresses.py; a host name's addresses are
+    checked when a webhook is sent)."""
     try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 -- raises ValueError for a port out of range
-    except ValueError:  # that, or an unclosed [ of an IPv6 address
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValidationError(
-            "Enter an http:// or https:// URL with a host, e.g. https://ci.example.com/hook.",
-            code="invalid_webhook_url",
-        )
+        parts = read_webhook_url(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc), code="invalid_webhook_url") from exc
     try:
-        check_literal_host(parts.hostname)
+        check_literal_host(parts.host)
     except BlockedAddress as exc:
         raise ValidationError(str(exc), code="blocked_webhook_address") from exc
 

@@ -111,7 +111,8 @@ def team_settings(request):
         require_role(request.user, team, Role.ADMIN)
         action = request.POST.get("action", "settings")
         if action == "delete_webhook":
-            webhooks.delete_webhook(team, request.user, request.POST.get("webhook"))
+            if webhooks.delete_webhook(team, request.user, request.POST.get("webhook")) is None:
+                raise Http404("This team has no such webhook: nothing was deleted.")
             messages.success(request, "Webhook deleted.")
             return redirect("team_settings")
         if action == "add_webhook":

@@ -31,6 +31,7 @@ from deployhub.teams.models import (
     WebhookDelivery,
     validate_webhook_url,
 )
+from deployhub.teams.webhook_url import read_webhook_url
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,6 @@ TIMEOUT_SECONDS = 10
 # Seconds before each retry: five attempts in all. Tests shrink them with the setting.
 DEFAULT_RETRY_DELAYS = (30, 120, 600, 3600)
 PREFIX = re.compile(r"^[a-z0-9_.-]+$")
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 LOST_AFTER_S = 60
@@ -203,16 +203,16 @@ def post(webhook, event):
 
 
 def _connection(parts, targets):
-    """A connection to the URL's host (parts: urlsplit's) that connects only to `targets`
-    (checked_addresses'), each in turn as a resolver's addresses are, with the host's name
-    kept for the Host header and, over HTTPS, for SNI and the certificate."""
+    """A connection to the URL's host (parts: read_webhook_url's) that connects only to
+    `targets` (checked_addresses'), each in turn as a resolver's addresses are, with the
+    host's name kept for the Host header and, over HTTPS, for SNI and the certificate."""
     if parts.scheme == "https":
         context = ssl.create_default_context()
         connection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=TIMEOUT_SECONDS, context=context
+            parts.host, parts.port, timeout=TIMEOUT_SECONDS, context=context
         )
     else:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_SECONDS)
+        connection = http.client.HTTPConnection(parts.host, parts.port, timeout=TIMEOUT_SECONDS)
 
     def to_a_target(host_port, timeout, *args):
         """Connect to the first target that answers, all of them within one timeout."""
@@ -227,7 +227,7 @@ def _connection(parts, targets):
                 return socket.create_connection((target, host_port[1]), left, *args)
             except OSError as exc:
                 error = exc
-        raise error or TimeoutError(f"{parts.hostname}: no address answered in {timeout} s")
+        raise error or TimeoutError(f"{parts.host}: no address answered in {timeout} s")
 
     # connect() opens its socket with this (both classes; HTTPS then wraps it by host name).
     connection._create_connection = to_a_target
@@ -238,22 +238,18 @@ def _send(url, body, headers):
     """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx. Never to
     a blocked network (teams/addresses.py)."""
     try:
-        parts = urlsplit(url)
-        port = parts.port or DEFAULT_PORTS[parts.scheme]
-    except (KeyError, ValueError):  # a row saved without the form's check
-        parts = None
-    if parts is None or not parts.hostname:
+        parts = read_webhook_url(url)
+    except ValueError:  # a row saved without the form's check
         return None, f"Not delivered: {url[:200]!r} is not an http:// or https:// URL with a host."
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        targets = checked_addresses(parts.hostname, port)
+        targets = checked_addresses(parts.host, parts.port)
     except BlockedAddress as exc:
         return None, f"Not delivered: {exc}"[:500]
     except (OSError, UnicodeError, ValueError) as exc:  # the name does not resolve
-        return None, f"Not delivered: {parts.hostname} does not resolve ({exc!r})."[:500]
+        return None, f"Not delivered: {parts.host} does not resolve ({exc!r})."[:500]
     connection = _connection(parts, targets)
     try:
-        connection.request("POST", path, body=body, headers=headers)
+        connection.request("POST", parts.target, body=body, headers=headers)
         response = connection.getresponse()
         response.read(64 * 1024)
     except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, ...
