@@ -69,14 +69,6 @@ def test_the_engine_store_with_two_real_workers(
     assert run_job.state == "succeeded", run_job.log + run_job.error
     assert BenchmarkRun.objects.get(job=run_job).engine == engine
 
-    # A flipped byte in the store is refused by the worker, before it loads anything.
-    path = engine.file.path
-    original = open(path, "rb").read()
-    open(path, "wb").write(original[:10] + bytes([original[10] ^ 1]) + original[11:])
-    tampered = final(benchmark_engine(engine, alice), worker_a)
-    assert tampered.state == "failed" and "sha256 does not match" in tampered.error
-    open(path, "wb").write(original)
-
     # Asking again is answered from the store.
     again, no_job = request_compile(version, device_class, "onnxruntime", CONFIG, alice)
     assert again == engine and no_job is None
@@ -85,7 +77,9 @@ def test_the_engine_store_with_two_real_workers(
     override_b = tmp_path / "b.json"
     override_b.write_text(json.dumps({"onnxruntime": {"version": "1.31.0"}}))
     device_b, token_b = make_device("gpu-box-b")
-    start_worker(device_b, token_b, env={"DEPLOYHUB_FINGERPRINT_OVERRIDE": str(override_b)})
+    worker_b = start_worker(
+        device_b, token_b, env={"DEPLOYHUB_FINGERPRINT_OVERRIDE": str(override_b)}
+    )
     assert download(live_server, engine, token_a).status_code == 200
     refused = download(live_server, engine, token_b)
     assert refused.status_code == 409
@@ -104,4 +98,17 @@ def test_the_engine_store_with_two_real_workers(
     _, job = rebuild(engine, alice)
     assert final(job, worker_a).state == "succeeded"
     assert Engine.objects.count() == 2
-    assert Engine.objects.exclude(pk=engine.pk).get().compat_key != engine.compat_key
+    rebuilt = Engine.objects.exclude(pk=engine.pk).get()
+    assert rebuilt.compat_key != engine.compat_key
+
+    # A flipped byte in the store: the hub refuses to serve it and marks it corrupt, and the
+    # worker fails the job with the hub's reason, before it loads anything. Only the device
+    # that built it runs it: the other worker stops, so that one takes the job.
+    (worker_b if rebuilt.built_on == device_a else worker_a).stop()
+    path = rebuilt.file.path
+    original = open(path, "rb").read()
+    open(path, "wb").write(original[:10] + bytes([original[10] ^ 1]) + original[11:])
+    tampered = final(benchmark_engine(rebuilt, alice), worker_a)
+    assert tampered.state == "failed"
+    assert tampered.error.startswith(f"Engine #{rebuilt.pk} is corrupt: Its stored file hashes")
+    assert Engine.objects.get(pk=rebuilt.pk).status == "corrupt"

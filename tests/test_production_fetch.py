@@ -162,6 +162,22 @@ def test_it_refuses_a_revoked_production_engine(client, production):
 
 
 @db
+def test_it_refuses_a_production_engine_whose_stored_file_changed(client, production):
+    release, device, token = production
+    engine = release.engine
+    open(engine.file.path, "ab").write(b"\0")  # the file grew: its sha256 no longer holds
+    refused = call(client, token, f"engines/{engine.pk}/download", method="get")
+    assert refused.status_code == 409
+
+    response = fetch(client, device, token, model=release.model_id)
+
+    assert response.status_code == 409 and "engine" not in response.json()
+    assert response.json()["error"].startswith(
+        f"The production engine #{engine.pk} is corrupt: Its stored file hashes to "
+    )
+
+
+@db
 def test_it_answers_404_when_there_is_no_production_release(client, version, make_device):
     device, token = make_device()
 
@@ -273,9 +289,12 @@ def test_the_worker_writes_nothing_from_a_tampered_download(
     done = fetch_production(live_server, token, out, "--model", str(release.model_id))
 
     assert done.returncode == 1
-    reason = "sha256 does not match" if tamper == "file" else "signature does not verify"
+    # A changed file is caught by the hub, which refuses it (the engine is corrupt now);
+    # a forged signature by the device.
+    reason = "is corrupt: Its stored file hashes to" if tamper == "file" else "signature does not"
     assert reason in done.stderr
     assert nothing_written(tmp_path, out)
+    assert Engine.objects.get(pk=engine.pk).status == ("corrupt" if tamper == "file" else "valid")
 
 
 @live

@@ -49,7 +49,8 @@ class InputMismatch(JobError):
 
 
 class EngineRefused(JobError):
-    """The hub will not serve an engine to this device (409): it was built for another one."""
+    """The hub will not serve an engine to this device (409): it was built for another one,
+    was revoked, or its stored file no longer matches its sha256 (corrupt)."""
 
 
 class HubClient:
@@ -103,7 +104,7 @@ class HubClient:
         """Stream an engine to dest_path and verify its size and sha256 (not its signature).
 
         The hub answers 409 when the engine was built for another toolchain or
-        hardware; EngineRefused carries its reason word for word.
+        hardware, was revoked or is corrupt; EngineRefused carries its reason word for word.
         """
         try:
             return self._download(f"engines/{engine_id}/download", name, dest_path, sha256, size)

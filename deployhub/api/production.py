@@ -31,7 +31,7 @@ def runnable_engine(release, fingerprint):
     """Return the build of the release's engine this fingerprint runs: its own or a rebuild."""
     engine = release.engine
     if compatibility(engine, fingerprint)[0]:
-        return engine if engine.status != EngineStatus.REVOKED else None
+        return engine if engine.status not in EngineStatus.UNSERVED else None
     if not fingerprint:
         return None
     key, _ = key_for(engine.backend, engine.build_config, fingerprint)
@@ -41,7 +41,7 @@ def runnable_engine(release, fingerprint):
         config_digest=engine.config_digest,
         compat_key=key,
     )
-    return same_build.exclude(status=EngineStatus.REVOKED).first()
+    return same_build.exclude(status__in=EngineStatus.UNSERVED).first()
 
 
 def _engine_json(engine):
@@ -74,8 +74,8 @@ def _release_json(release):
 def _refusal(release, fingerprint):
     """Say why the device cannot run the release's engine, and whether a rebuild is queued."""
     runs, reason, diffs = compatibility(release.engine, fingerprint)
-    if runs:  # the key matches: only a revocation stops it
-        reason = f"The production engine #{release.engine_id} was revoked."
+    if runs:  # the key matches: only a revocation or a corrupt file stops it
+        reason = _unserved(release.engine)
     job = queued_rebuild(release.engine, release.device_class)
     queued = "A rebuild is queued." if job else "No rebuild is queued."
     reason = f"{reason.rstrip('.')}. {queued}"
@@ -85,6 +85,12 @@ def _refusal(release, fingerprint):
         "rebuild_queued": job is not None,
         "rebuild_job": job.pk if job else None,
     }
+
+
+def _unserved(engine):
+    if engine.status == EngineStatus.CORRUPT:
+        return f"The production engine #{engine.pk} is corrupt: {engine.status_reason}"
+    return f"The production engine #{engine.pk} was revoked."
 
 
 def production_entry(release, device):

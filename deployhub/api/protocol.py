@@ -21,8 +21,8 @@ from deployhub.api.auth import (
 )
 from deployhub.downloads import file_download
 from deployhub.engines import signing
-from deployhub.engines.actions import compatibility, record_fingerprint
-from deployhub.engines.models import Engine, EngineStatus
+from deployhub.engines.actions import compatibility, record_fingerprint, serving_refusal
+from deployhub.engines.models import Engine
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
@@ -240,8 +240,8 @@ def engine_download(request, device, engine_id):
     runs, reason, diffs = compatibility(engine, device.fingerprint)
     if not runs:
         return JsonResponse({"error": reason, "differences": diffs}, status=409)
-    if engine.status == EngineStatus.REVOKED:
-        return error(409, "This engine was revoked.")
+    if refusal := serving_refusal(engine, device):  # revoked, or its stored bytes changed
+        return error(409, refusal)
     return _attachment(engine.file.name, f"engine-{engine.pk}")
 
 

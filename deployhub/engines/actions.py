@@ -7,6 +7,7 @@ key for the engine's backend and build config equals the engine's key.
 
 import hashlib
 
+from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
 
@@ -311,7 +312,7 @@ def record_engine(job, result):
         "compat_key": key,
         "device_class": job.device_class,
     }
-    if engine := Engine.objects.filter(**lookup).first():
+    if engine := Engine.objects.filter(**lookup).exclude(status=EngineStatus.CORRUPT).first():
         return engine
     engine = Engine.objects.create(
         **lookup,
@@ -395,11 +396,77 @@ def _graph_report(result):
 
 def stored_file_intact(engine):
     """Return True when the stored engine's bytes still hash to its sha256."""
-    digest_ = hashlib.sha256()
-    with default_storage.open(engine.file.name, "rb") as handle:
+    return not stored_file_problem(engine)
+
+
+def stored_file_problem(engine):
+    """Say what is wrong with the engine's stored file ("" when it hashes to its sha256).
+
+    A file found intact is not read again while its modification time and size stay
+    the same (kept in the process's cache for its default timeout, five minutes), so
+    serving an engine usually costs a stat, not a read.
+    """
+    name = engine.file.name
+    if not default_storage.exists(name):
+        return "its stored file is missing"
+    stamp = (default_storage.get_modified_time(name).timestamp(), default_storage.size(name))
+    key = f"engine-intact:{engine.pk}:{engine.sha256}:{digest([name, *stamp])}"
+    if cache.get(key):
+        return ""
+    found = _sha256_of(name)
+    if found != engine.sha256:
+        return f"its stored file hashes to {found[:16]}…, not its sha256 {engine.sha256[:16]}…"
+    cache.set(key, True)
+    return ""
+
+
+def _sha256_of(name):
+    hashed = hashlib.sha256()
+    with default_storage.open(name, "rb") as handle:
         for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest_.update(chunk)
-    return digest_.hexdigest() == engine.sha256
+            hashed.update(chunk)
+    return hashed.hexdigest()
+
+
+def serving_refusal(engine, device):
+    """Say why the hub will not hand the engine's file to a device ("" when it will).
+
+    A revoked or corrupt engine is refused. The stored file is checked against the
+    engine's sha256 first: bytes changed in the store mark the engine corrupt (an
+    event), so no device is handed a file it would refuse, and pages show it.
+    """
+    if engine.status not in EngineStatus.UNSERVED and (problem := stored_file_problem(engine)):
+        engine = mark_corrupt(engine, problem, device)
+    if engine.status == EngineStatus.CORRUPT:
+        return f"Engine #{engine.pk} is corrupt: {engine.status_reason}"
+    if engine.status == EngineStatus.REVOKED:
+        return "This engine was revoked."
+    return ""
+
+
+def mark_corrupt(engine, problem, device):
+    """Mark the engine corrupt, saying what its file showed when served to device; an event."""
+    with transaction.atomic():
+        engine = Engine.objects.select_for_update().get(pk=engine.pk)
+        if engine.status == EngineStatus.CORRUPT:
+            return engine
+        before, engine.status = engine.status, EngineStatus.CORRUPT
+        engine.status_reason = (
+            f"{problem[0].upper()}{problem[1:]} (found when it was served to {device}): "
+            "the hub does not serve it. Rebuild it."
+        )
+        engine.save(update_fields=["status", "status_reason"])
+        Event.record(
+            engine.team,
+            f"device:{device}",
+            "engine.corrupt",
+            engine,
+            reason=problem,
+            device=device.pk,
+            before=before,
+            after=EngineStatus.CORRUPT,
+        )
+    return engine
 
 
 def mark_stale(device, before, after):

@@ -13,14 +13,21 @@ from deployhub.jobs.models import JobState
 
 
 class EngineStatus(ChoiceSet):
+    """Valid; stale (a device of the class changed and no longer runs it); revoked; or
+    corrupt: its stored file no longer hashes to its sha256, found when the hub served it."""
+
     VALID = "valid"
     STALE = "stale"
     REVOKED = "revoked"
+    CORRUPT = "corrupt"
     CHOICES = (
         (VALID, "Valid", "green"),
         (STALE, "Stale", "orange"),
         (REVOKED, "Revoked", "red"),
+        (CORRUPT, "Corrupt", "purple"),
     )
+    # The hub never hands these over, nor offers them as a build to run.
+    UNSERVED = (REVOKED, CORRUPT)
 
 
 NEWEST = ("-created_at", "-pk")
@@ -113,8 +120,11 @@ class Engine(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
+            # A corrupt engine is kept for its history and releases; building it again stores
+            # a new one beside it.
             models.UniqueConstraint(
                 fields=["model_version", "backend", "config_digest", "compat_key", "device_class"],
+                condition=~models.Q(status="corrupt"),
                 name="engine_unique_per_toolchain_and_class",
             )
         ]
