@@ -255,10 +255,14 @@ def keep_private(var_dir, storage_root, files):
     (umask 077, inherited by every child), and what an earlier start left readable.
 
     The database, the broker's messages, uploaded models and the logs are nobody
-    else's business on a shared machine: folders become 0700, files 0600.
+    else's business on a shared machine: folders become 0700 (var/ and each folder in
+    it, the storage root), files 0600.
     """
     os.umask(0o077)
-    for folder in (var_dir, storage_root):
+    folders = [var_dir, storage_root]
+    if var_dir.is_dir():
+        folders += [path for path in var_dir.iterdir() if path.is_dir()]
+    for folder in folders:
         if folder.is_dir():
             folder.chmod(0o700)
     for path in files:

@@ -223,7 +223,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT.mkdir(mode=0o700, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 
 STORAGE_ROOT = Path(env_str("DEPLOYHUB_STORAGE_ROOT", str(VAR_DIR / "media"))).resolve()

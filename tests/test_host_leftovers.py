@@ -218,11 +218,15 @@ def test_embedded_data_is_created_for_its_user_only(tmp_path):
     assert result.returncode == 0, result.stderr
     wal_mode, stored_name = result.stdout.split()
     stored = var / "media" / stored_name
-    assert {p.name: mode(p) for p in (var, var / "media", var / "media" / "tmp")} == {
+    folders = (var, var / "media", var / "media" / "tmp", var / "broker", var / "static")
+    assert {p.name: mode(p) for p in folders} == {
         "var": 0o700,
         "media": 0o700,
         "tmp": 0o700,
+        "broker": 0o700,
+        "static": 0o700,
     }
+    assert {mode(p) for p in (var / "broker").iterdir()} == {0o700}  # queue, processed, control
     assert mode(stored.parent) == 0o700 and mode(stored) == 0o600
     assert (mode(var / "deployhub.sqlite3"), wal_mode) == (0o600, "0o600")
     assert mode(var / "secret_key") == 0o600
@@ -231,6 +235,7 @@ def test_embedded_data_is_created_for_its_user_only(tmp_path):
 def test_make_run_makes_an_earlier_var_folder_private(tmp_path):
     var, media, database = tmp_path / "var", tmp_path / "var" / "media", tmp_path / "var" / "db"
     media.mkdir(parents=True, mode=0o755)
+    (var / "broker").mkdir(mode=0o755)
     var.chmod(0o755)
     database.write_bytes(b"")
     database.chmod(0o644)
@@ -242,6 +247,7 @@ def test_make_run_makes_an_earlier_var_folder_private(tmp_path):
         os.umask(before)
 
     assert (mode(var), mode(media), mode(database), umask) == (0o700, 0o700, 0o600, 0o077)
+    assert mode(var / "broker") == 0o700
 
 
 def test_a_refused_request_is_one_line_in_the_log_and_a_server_error_keeps_its_traceback(
@@ -323,10 +329,13 @@ def test_make_run_keeps_the_worker_token_out_of_ps_and_its_data_private(make_run
 
     cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     assert "workers run --hub" in cmdline and "--token" not in cmdline and "dht_" not in cmdline
-    assert {p.name: mode(p) for p in (var, var / "media", var / "logs")} == {
+    folders = (var, var / "media", var / "logs", var / "broker", var / "static")
+    assert {p.name: mode(p) for p in folders} == {
         "var": 0o700,
         "media": 0o700,
         "logs": 0o700,
+        "broker": 0o700,
+        "static": 0o700,
     }
     assert mode(var / "deployhub.sqlite3") == 0o600
     assert mode(var / "logs" / "web.log") == 0o600

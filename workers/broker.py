@@ -28,8 +28,10 @@ def transport_options(broker_url: str) -> dict:
     folder = filesystem_folder(broker_url)
     if folder is None:
         return {"visibility_timeout": VISIBILITY_TIMEOUT}
+    # Messages carry job ids and the hub's work: for this user only, like the rest of var/.
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     for sub in ("queue", "processed", "control"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
+        (folder / sub).mkdir(mode=0o700, exist_ok=True)
     return {
         "data_folder_in": str(folder / "queue"),
         "data_folder_out": str(folder / "queue"),
