@@ -14,6 +14,9 @@ another with cheap jobs (no-op jobs, short benchmarks and compiles of the demo m
 4. postgres-restart  restart PostgreSQL under load (uploads, submissions, results)
 5. storage-full    fill the storage filesystem, then upload a model and build an engine
 6. clock-skew      workers whose clocks are 10 minutes ahead and behind hold leases
+7. wrong-call-tokens  valid tokens at the wrong call (a device's on a person's call, a
+                   person's and a pipeline's on a device's) from the workers' address, more
+                   than the made-up-token limit, while jobs run: nothing is locked out
 
 Each fault prints what it did and what it found: jobs submitted, finished, lost (not
 final in time), run twice (a job's result recorded twice) and orphan files (files
@@ -585,6 +588,88 @@ def reap_on_hub_clock(soak, finding):
     )
 
 
+# ---------------------------------------------------------------- 6. tokens at the wrong call
+
+
+def fault_wrong_call_tokens(soak):
+    """Issue 27: valid tokens sent where they do not belong, from the address the workers
+    share (127.0.0.1, as make run's worker shares it with every local script), were counted
+    as made-up ones; the address was locked out and a finished job ran a second time."""
+    from django.utils import timezone
+
+    finding = begin("wrong-call-tokens", "valid tokens at the wrong call from the workers' address")
+    jobs, stack = soak.jobs, soak.stack
+    busy = [jobs.benchmark(2 * soak.plan.long_job_s) for _ in stack.workers]
+    finding.jobs += [*busy, *jobs.noops(soak.plan.noops)]
+    for job_id in busy:
+        jobs.wait_running(job_id, 60, progressed=True)
+    answers = send_wrong_calls(soak, WRONG_CALLS)
+    after, locked = timezone.now(), locked_addresses()
+    finding.say(
+        f"sent {len(WRONG_CALLS)} valid tokens to calls they do not open from {stack.url} "
+        f"while {len(busy)} benchmarks ran: answers {dict(answers)}"
+    )
+    finding.check(
+        "a known token at the wrong call is a 403, never counted as a made-up one",
+        set(answers) == {403} and not locked,
+        f"answers {dict(answers)}, addresses counted: {locked or 'none'}",
+    )
+    finding.jobs += jobs.noops(soak.plan.noops)  # queued after the calls
+    soak.settle(finding)
+    ran = [jobs.get(job_id) for job_id in busy]
+    finding.check(
+        "the running jobs finish on their first attempt",
+        all(j.state == "succeeded" and j.attempt == 1 for j in ran),
+        ", ".join(f"job {j.pk} {j.state} attempt {j.attempt}" for j in ran),
+    )
+    check_heartbeats_since(soak, finding, after)
+    return soak.conclude(finding)
+
+
+# More than DEPLOYHUB_TOKEN_FAILURE_LIMIT (30): (method, path, whose token).
+WRONG_CALLS = (
+    [("POST", "models", "device")] * 14
+    + [("POST", "device/heartbeat", "pipeline")] * 14
+    + [("GET", "device", "person")] * 12
+)
+
+
+def send_wrong_calls(soak, calls):
+    """Send each call with a valid token of the wrong kind; count the answers' statuses."""
+    world = soak.world
+    tokens = {
+        "device": world.device_tokens[DEVICES[0]],
+        "pipeline": world.pipeline_token,
+        "person": world.api_token,
+    }
+    answers = Counter()
+    for method, path, whose in calls:
+        url = f"{soak.stack.url}/api/v1/{path}"
+        answers[http_json(method, url, {}, token=tokens[whose])[0]] += 1
+    return answers
+
+
+def locked_addresses():
+    """The addresses with made-up tokens counted against them."""
+    from deployhub.teams.models import TokenFailures
+
+    return list(TokenFailures.objects.values_list("address", flat=True))
+
+
+def check_heartbeats_since(soak, finding, moment):
+    """Every worker's device heartbeated after `moment`: none showed offline."""
+    from deployhub.devices.models import Device
+
+    names = list(soak.stack.workers)
+    quiet = Device.objects.filter(name__in=names).exclude(last_heartbeat_at__gt=moment)
+    quiet = sorted(quiet.values_list("name", flat=True))
+    finding.check(
+        "every worker heartbeats on after the calls (none shows offline)",
+        not quiet,
+        f"quiet: {quiet}" if quiet else f"{len(names)} workers heartbeating",
+    )
+
+
 FAULTS = {
     "worker-kill": fault_worker_kill,
     "redis-restart": fault_redis_restart,
@@ -592,6 +677,7 @@ FAULTS = {
     "postgres-restart": fault_postgres_restart,
     "storage-full": fault_storage_full,
     "clock-skew": fault_clock_skew,
+    "wrong-call-tokens": fault_wrong_call_tokens,
 }
 
 

@@ -82,6 +82,7 @@ class World:
     team: object
     user: object
     api_token: str
+    pipeline_token: str
     device_class: object
     model: object
     version: object
@@ -95,14 +96,12 @@ def make_world():
     from deployhub.devices.models import Device, DeviceClass
     from deployhub.registry.models import Model
     from deployhub.registry.uploads import create_version
-    from deployhub.teams.models import ApiToken, Membership, Role, Team
+    from deployhub.teams.models import Membership, Role, Team
 
     team = Team.objects.create(name="Soak", slug="soak")
     user = get_user_model().objects.create_user("alice", password="soak-password-1")
     Membership.objects.create(user=user, team=team, role=Role.ADMIN)
-    record = ApiToken(user=user, name="soak")
-    api_token = record.issue()
-    record.save()
+    api_token, pipeline_token = (issue_token(user, scope) for scope in ("full", "pipeline"))
     device_class = DeviceClass.objects.create(
         team=team, slug=CLASS_SLUG, name="Soak CPU", frame_budget_ms=33.3
     )
@@ -114,7 +113,17 @@ def make_world():
         device = Device(device_class=device_class, name=name)
         tokens[name] = device.issue_token()
         device.save()
-    return World(team, user, api_token, device_class, model, version, tokens)
+    return World(team, user, api_token, pipeline_token, device_class, model, version, tokens)
+
+
+def issue_token(user, scope):
+    """Issue the user a personal API token of this scope; return it."""
+    from deployhub.teams.models import ApiToken
+
+    record = ApiToken(user=user, name=f"soak {scope}", scope=scope)
+    token = record.issue()
+    record.save()
+    return token
 
 
 # ---------------------------------------------------------------- jobs

@@ -184,7 +184,7 @@ def test_it_keeps_the_device_protocol_for_devices(client, job, online_device):
 
     answer = client.get(f"/api/v1/jobs/{job.pk}", HTTP_AUTHORIZATION=f"Bearer {device_token}")
 
-    assert answer.status_code == 401  # a person's API token reads jobs; a device claims them
+    assert answer.status_code == 403  # a person's API token reads jobs; a device claims them
 
 
 def test_it_lists_the_teams_device_classes_with_their_budget_and_devices(

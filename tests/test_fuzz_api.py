@@ -30,6 +30,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deployhub.api.auth import DEVICE_TOKEN_AT_PERSON_CALL, PERSON_TOKEN_AT_DEVICE_CALL
 from deployhub.engines.models import AutoRun
 from deployhub.jobs.actions import claim_job, submit_job
 from deployhub.jobs.models import JobKind
@@ -306,14 +307,16 @@ class World:
         }
 
     def served(self, path):
-        """The caller a route serves (the first an empty call does not send away with 401 or
-        a redirect to sign in) and the methods it takes (not answered 405)."""
+        """The caller a route serves (the first an empty call does not send away with 401, a
+        redirect to sign in, or a 403 for a token of the other kind) and the methods it takes
+        (not answered 405)."""
         for caller in ("session", "token", "device"):
             client, headers = self.clients[caller]
-            answers = {m: client.generic(m, path, **headers).status_code for m in ("GET", "POST")}
-            if not {401, 302} & set(answers.values()):
+            answers = {m: client.generic(m, path, **headers) for m in ("GET", "POST")}
+            if not any(map(sent_away, answers.values())):
                 break
-        return caller, [m for m, status in answers.items() if status != 405] or ["GET", "POST"]
+        methods = [m for m, answer in answers.items() if answer.status_code != 405]
+        return caller, methods or ["GET", "POST"]
 
     def value(self, before, converter):
         """The id (or slug) of the world's object a route's argument names."""
@@ -324,10 +327,20 @@ class World:
         return self.ids.get(before, 999999)
 
 
+def sent_away(answer):
+    """True when the caller is not whom the route serves: no token or session, or a token of
+    the other kind (a person's at a device's call, a device's at a person's)."""
+    if answer.status_code in (401, 302):
+        return True
+    wrong_call = (DEVICE_TOKEN_AT_PERSON_CALL, PERSON_TOKEN_AT_DEVICE_CALL)
+    if answer.status_code != 403 or answer["Content-Type"] != "application/json":
+        return False
+    return answer.json().get("error") in wrong_call
+
+
 @pytest.fixture
-def world(alice, version, device_class, make_device, storage_root, settings):
-    # The device token on a person's call counts as a made-up token: no lockout here.
-    settings.DEPLOYHUB_TOKEN_FAILURE_LIMIT = 10**9
+def world(alice, version, device_class, make_device, storage_root):
+    # A known token at the wrong call is not counted as a made-up one: no lockout here.
     return World(alice, version, device_class, make_device, storage_root)
 
 

@@ -15,7 +15,8 @@ def test_it_refuses_the_api_without_a_token(client, alice):
 
 def test_it_refuses_a_device_token_where_a_person_is_needed(client, make_device):
     _, token = make_device()
-    assert client.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+    response = client.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 403 and "device token" in response.json()["error"]
 
 
 def test_it_creates_a_model_with_its_first_version(client, alice):

@@ -1,9 +1,10 @@
-"""The fault soak, short form: a private stack broken six ways loses nothing.
+"""The fault soak, short form: a private stack broken seven ways loses nothing.
 
 scripts/soak.py --short starts its own PostgreSQL, Redis, storage, hub, hub worker,
 beat and device workers (never the shared services), kills workers and the reaper,
-restarts Redis and PostgreSQL, fills the disk and skews clocks, and counts what
-became of every job. `make soak` runs the long form (at least 500 jobs).
+restarts Redis and PostgreSQL, fills the disk, skews clocks, sends valid tokens to the
+wrong calls from the workers' address, and counts what became of every job. `make soak`
+runs the long form (at least 500 jobs).
 """
 
 import json
@@ -53,6 +54,7 @@ def test_it_loses_no_job_runs_none_twice_and_leaves_no_orphan_file(soak):
         "postgres-restart",
         "storage-full",
         "clock-skew",
+        "wrong-call-tokens",
     }
     for fault in faults.values():
         if fault["skipped"]:  # storage-full needs a tmpfs: root only

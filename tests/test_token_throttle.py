@@ -2,16 +2,23 @@
 
 For 10 minutes that address gets 429 with Retry-After and the JSON error, whatever
 token it presents; other addresses, and callers with a right token elsewhere, are
-not touched. A request without a token is not a guess and is not counted.
+not touched. A request without a token is not a guess and is not counted, nor is a
+token the hub knows sent to the wrong call (403): counting those locked make run's
+worker out of the address it shares with every local script (issue 27).
 """
 
 import logging
 from datetime import timedelta
 
+import pytest
+import requests
 from django.utils import timezone
 
-from deployhub.teams.models import TokenFailures
+from deployhub.jobs.actions import submit_job
+from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.teams.models import Event, TokenFailures
 from tests.api_calls import token_for
+from tests.conftest import wait_until
 
 GUESSER = "10.0.0.66"
 NEIGHBOUR = "10.0.0.67"
@@ -129,3 +136,108 @@ def test_it_counts_by_the_address_the_proxy_saw_when_told_there_is_one(client, a
     # A header that is not an address is not trusted: the peer is counted instead.
     client.get("/api/v1/models", HTTP_AUTHORIZATION="Bearer x", HTTP_X_FORWARDED_FOR="junk")
     assert TokenFailures.objects.filter(address="127.0.0.1").exists()
+
+
+def post(client, path, token, address=GUESSER):
+    return client.post(
+        f"/api/v1/{path}",
+        "{}",
+        content_type="application/json",
+        REMOTE_ADDR=address,
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def test_it_answers_a_known_token_at_the_wrong_call_403_and_never_counts_it(
+    client, alice, make_device
+):
+    # Issue 27: valid tokens sent where they do not belong locked the worker's address out.
+    _, device_token = make_device("edge-1")
+    personal = token_for(alice)["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
+    pipeline = token_for(alice, "pipeline")["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
+
+    answers = [post(client, "models", device_token) for _ in range(15)]
+    answers += [post(client, "device/heartbeat", pipeline) for _ in range(10)]
+    answers += [get(client, "device", personal) for _ in range(10)]
+    answers += [post(client, "jobs/1/claim", pipeline) for _ in range(5)]
+
+    assert {a.status_code for a in answers} == {403}
+    assert "device token" in answers[0].json()["error"]
+    assert "personal API token" in answers[-1].json()["error"]
+    assert not TokenFailures.objects.exists()
+    assert post(client, "device/heartbeat", device_token).status_code == 200
+    assert get(client, "models", personal).status_code == 200
+
+
+def test_a_known_token_at_the_wrong_call_is_refused_429_from_a_locked_address(
+    client, alice, make_device
+):
+    _, device_token = make_device("edge-1")
+    for n in range(30):
+        get(client, "models", f"dhu_made-up-{n}")
+
+    answer = post(client, "models", device_token)
+
+    assert answer.status_code == 429 and answer.json() == {"error": LOCKED}
+    assert TokenFailures.objects.get(address=GUESSER).failures == 30
+
+
+def submit(version, device_class, alice, kind, **params):
+    return submit_job(
+        team=version.team,
+        kind=kind,
+        device_class=device_class,
+        user=alice,
+        model_version=version,
+        params=params,
+    )
+
+
+def finished_once(job_id, worker):
+    """Wait for the job to end; return it and what befell it after it was queued (events)."""
+    job = wait_until(
+        lambda: (j := Job.objects.get(pk=job_id)).is_final and j,
+        60,
+        f"job {job_id} to finish",
+        on_timeout=worker.output,
+    )
+    events = Event.objects.filter(target_type="job", target_id=job_id).order_by("pk")
+    return job, [verb for verb in events.values_list("verb", flat=True) if verb != "job.queued"]
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_sharing_the_address_of_wrong_calls_finishes_its_job_once(
+    live_server, version, device_class, make_device, start_worker, alice
+):
+    # Issue 27, as reported: make run's worker shares 127.0.0.1 with every local script.
+    device, device_token = make_device()
+    worker = start_worker(device, device_token)
+    running = submit(version, device_class, alice, JobKind.BENCHMARK, duration_s=3, warmup_s=0.2)
+    wait_until(lambda: Job.objects.get(pk=running.pk).progress > 0, 60, "the job to run", 0.05)
+    pipeline = token_for(alice, "pipeline")["HTTP_AUTHORIZATION"]
+
+    # 30 valid tokens where they do not belong, from the worker's address.
+    wrong = [("POST", "models", f"Bearer {device_token}")] * 15
+    wrong += [("POST", "device/heartbeat", pipeline)] * 15
+    answers = [
+        requests.request(
+            method,
+            f"{live_server.url}/api/v1/{path}",
+            json={},
+            headers={"Authorization": header},
+            timeout=30,
+        ).status_code
+        for method, path, header in wrong
+    ]
+    after_calls = timezone.now()
+    queued = submit(version, device_class, alice, JobKind.NOOP)
+
+    assert set(answers) == {403}
+    for job_id in (running.pk, queued.pk):
+        job, verbs = finished_once(job_id, worker)
+        assert job.state == JobState.SUCCEEDED and job.attempt == 1, job.log + job.error
+        assert verbs == ["job.claimed", "job.succeeded"]
+    device.refresh_from_db()
+    assert device.last_heartbeat_at > after_calls  # online: its calls go through
+    assert not TokenFailures.objects.exists()

@@ -132,7 +132,8 @@ class JobProgress:
 
 
 class JobHeartbeat:
-    """Heartbeat a running job from a thread, watching for cancel and loss."""
+    """Heartbeat a running job from a thread, watching for cancel and loss, until the hub has
+    its completion: a completion retried without them would outlive the lease (issue 27)."""
 
     def __init__(self, client, job, progress, log):
         self.client = client
@@ -141,6 +142,8 @@ class JobHeartbeat:
         self.progress, self.log = progress, log
         self.cancel = threading.Event()
         self.lost = False
+        self.work_done = False
+        self._beating = threading.Lock()
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._loop, name=f"job-{self.job_id}-heartbeat", daemon=True
@@ -165,23 +168,35 @@ class JobHeartbeat:
                 last_beat, last_sent = time.monotonic(), state
 
     def beat(self):
-        """Send one heartbeat; set cancel on cancel_requested, lost on a 409."""
-        text, mark = self.log.unsent()
+        """Send one heartbeat; set cancel on cancel_requested, lost on a 409. Once the work is
+        done, a beat only extends the lease: the completion carries the log."""
+        with self._beating:
+            if self.work_done:
+                self._send()
+                return
+            text, mark = self.log.unsent()
+            fields = {"progress": self.progress.fraction, "message": self.progress.message}
+            answer = self._send(**fields, log=text or None)
+            if answer is None:
+                return
+            self.log.mark_sent(mark)
+            if answer.get("cancel_requested") and not self.cancel.is_set():
+                self.log.add("cancel requested by the hub")
+                self.cancel.set()
+
+    def finish_work(self):
+        """Beat on only to keep the lease while the completion is sent; a beat sending log
+        lines finishes first, so that no line reaches the hub twice."""
+        with self._beating:
+            self.work_done = True
+
+    def _send(self, **fields):
+        """Send a heartbeat; return the hub's answer, or None when it failed."""
         try:
-            answer = self.client.job_heartbeat(
-                self.job_id,
-                self.attempt,
-                progress=self.progress.fraction,
-                message=self.progress.message,
-                log=text or None,
-            )
+            return self.client.job_heartbeat(self.job_id, self.attempt, **fields)
         except Exception as error:
             self._failed(error)
-            return
-        self.log.mark_sent(mark)
-        if answer.get("cancel_requested") and not self.cancel.is_set():
-            self.log.add("cancel requested by the hub")
-            self.cancel.set()
+            return None
 
     def _failed(self, error):
         """Stop the work when the hub gave the job away; otherwise retry next beat."""
@@ -207,19 +222,22 @@ class JobRun:
         self.workdir = None
 
     def run(self, workdir_root=None):
-        """Do the work and report it; return the final state or "dropped"."""
+        """Do the work and report it, heartbeating until the hub has the completion; return
+        the final state or "dropped"."""
         self.log.add(f"claimed job {self.job['id']} attempt {self.job['attempt']}")
-        outcome = self._work(workdir_root)
-        if self.heartbeat.lost:
-            return DROPPED
-        return self._complete(**outcome)
+        with self.heartbeat:
+            outcome = self._work(workdir_root)
+            if self.heartbeat.lost:
+                return DROPPED
+            self.heartbeat.finish_work()
+            return self._complete(**outcome)
 
     def _work(self, workdir_root):
-        """Run the job's kind with heartbeats; return the completion fields."""
+        """Run the job's kind; return the completion fields."""
         try:
             work = _work_for(self.job["kind"])
             _check_before_download(self)
-            with self.heartbeat, scratch_dir(self.job["id"], workdir_root) as workdir:
+            with scratch_dir(self.job["id"], workdir_root) as workdir:
                 self.workdir = workdir
                 inputs = self._download_inputs(workdir)
                 return {"state": "succeeded", "result": work(self, inputs)}

@@ -210,12 +210,33 @@ def _locked_out(seconds):
     return response
 
 
-def _refuse_token(request, message):
-    """Answer a token that opens nothing: 401, counted against the caller's address (no token:
-    no count); 429 when that address is locked out."""
-    if bearer(request) and (seconds := throttle.count_token_failure(request)):
+def _refuse_token(request, message, other_kind, wrong_call):
+    """Answer a token that opens nothing here: 429 while the caller's address is locked out;
+    else 401 for a made-up token, counted against the address (no token: no count).
+
+    A token that other_kind (the manager of the other kind of token) holds is a mistake, not
+    a guess: a device's token at a person's call, a person's or a pipeline's at a device's.
+    It gets 403 with `wrong_call` and is never counted: counting those locked make run's
+    worker out of the address it shares with every local script (issue 27).
+    """
+    token = bearer(request)
+    if token and other_kind.holds(token):
+        if seconds := throttle.token_lockout_seconds(request):
+            return _locked_out(seconds)
+        return error(403, wrong_call)
+    if token and (seconds := throttle.count_token_failure(request)):
         return _locked_out(seconds)
     return error(401, message)
+
+
+DEVICE_TOKEN_AT_PERSON_CALL = (
+    "This is a device token: it opens the device calls only (docs/protocol.md). This call "
+    "takes a personal API token: Authorization: Bearer dhu_... (Account → API tokens)."
+)
+PERSON_TOKEN_AT_DEVICE_CALL = (
+    "This is a personal API token: device calls take the device's own token, shown once "
+    "when the device was registered."
+)
 
 
 def token_required(view):
@@ -232,6 +253,8 @@ def token_required(view):
                 request,
                 "An API token is required: Authorization: Bearer dhu_... "
                 "(create one under Account → API tokens).",
+                Device.objects,
+                DEVICE_TOKEN_AT_PERSON_CALL,
             )
         if seconds := throttle.seconds_until(record.lockout):  # the guesser learns nothing
             return _locked_out(seconds)
@@ -267,7 +290,12 @@ def device_required(view):
         address = throttle.client_address(request)
         device = Device.objects.by_token(bearer(request), address=address)
         if device is None:
-            return _refuse_token(request, "This device token is not valid.")
+            return _refuse_token(
+                request,
+                "This device token is not valid.",
+                ApiToken.objects,
+                PERSON_TOKEN_AT_DEVICE_CALL,
+            )
         if seconds := throttle.seconds_until(device.token_lockout):
             return _locked_out(seconds)
         try:

@@ -171,6 +171,14 @@ class DeviceManager(models.Manager.from_queryset(DeviceQuerySet)):
             row = cursor.fetchone()
         return None if row is None else lookup.read(row, connection)
 
+    def holds(self, token):
+        """Return True when the presented token is a device's (whatever its address's lockout)."""
+        return (
+            bool(token)
+            and token.startswith(TOKEN_PREFIX)
+            and self.filter(token_hash=hash_token(token)).exists()
+        )
+
 
 class Device(models.Model):
     """One worker host of a class; it authenticates with a token shown once."""

@@ -155,8 +155,20 @@ class ApiTokenQuerySet(models.QuerySet):
         """Return the live token record for a presented token, or None."""
         if not token or not token.startswith(API_TOKEN_PREFIX):
             return None
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        return self.select_related("user").filter(token_hash=digest, user__is_active=True).first()
+        return self.select_related("user").filter(_live_token(token)).first()
+
+    def holds(self, token):
+        """Return True when the presented token is a live personal or pipeline token."""
+        return (
+            bool(token)
+            and token.startswith(API_TOKEN_PREFIX)
+            and self.filter(_live_token(token)).exists()
+        )
+
+
+def _live_token(token):
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    return models.Q(token_hash=digest, user__is_active=True)
 
 
 class TokenScope(models.TextChoices):

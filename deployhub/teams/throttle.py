@@ -11,8 +11,9 @@ her own address. A sign-in clears its own pair's count; the sign-in page says wh
 is locked and until when, and each team of a locked-out user gets an audit event.
 Tokens: after DEPLOYHUB_TOKEN_FAILURE_LIMIT made-up tokens from one address
 within DEPLOYHUB_TOKEN_LOCKOUT_SECONDS, the API answers that address 429 for as
-long (deployhub/api/auth.py). A made-up token names nobody, so its lockout is a
-line in the log and a TokenFailures row in the admin, not a team's event.
+long (deployhub/api/auth.py). Only tokens the hub does not know count: a known token
+at the wrong call is a 403 and nothing more. A made-up token names nobody, so its
+lockout is a line in the log and a TokenFailures row in the admin, not a team's event.
 """
 
 import ipaddress
@@ -22,6 +23,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import BaseBackend
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
@@ -55,12 +57,9 @@ def try_again_in(seconds):
     return f"try again in {minutes} minute{'' if minutes == 1 else 's'}"
 
 
-class SignInThrottle:
+class SignInThrottle(BaseBackend):
     """Refuse a sign-in whose username is locked out at its address, or whose address is,
     before any password is checked (first in AUTHENTICATION_BACKENDS).
-
-    It authenticates nobody and has no get_user: a session is never tied to it, so a
-    login made without a password (the test client's force_login) goes to ModelBackend.
 
     Only sign-ins over HTTP are throttled: authenticate() without a request (the
     test client's login, a management command) has no address to count by.
@@ -181,6 +180,14 @@ def token_lockout(request):
     """An expression for the end of the caller's address's token lockout (NULL: none), for the
     token lookup to carry (ApiToken.objects.annotate(lockout=...).by_token(...))."""
     return TokenFailures.objects.lockout_of(client_address(request), timezone.now())
+
+
+def token_lockout_seconds(request):
+    """Seconds until the token lockout of the caller's address ends (0: it is not locked out)."""
+    locked = TokenFailures.objects.filter(
+        address=client_address(request), locked_until__gt=timezone.now()
+    )
+    return seconds_until(locked.values_list("locked_until", flat=True).first())
 
 
 def seconds_until(moment):
