@@ -3,12 +3,15 @@
 One parser for API bodies and for the JSON fields of forms: finite numbers only (NaN,
 Infinity and 1e400 are not JSON numbers, and PostgreSQL's jsonb refuses them), nested at
 most MAX_DEPTH levels (100,000 levels overflowed Python's stack), and text PostgreSQL can
-store (no NUL character, no lone surrogate). Imports no app: API views and forms share it.
+store (no NUL character, no lone surrogate). And how long a text, how big a value the hub
+keeps. Imports no app: API views and forms share it.
 """
 
 import json
 import math
 import re
+
+from django.conf import settings
 
 # What PostgreSQL cannot store in text: NUL, and surrogates (UTF-8 has none).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -98,6 +101,39 @@ def text_problem(value):
 def scrubbed(value):
     """Return text PostgreSQL can store: NUL characters and lone surrogates as U+FFFD."""
     return UNSTORABLE.sub("\ufffd", value)
+
+
+def length_problem(value, what, limit=None):
+    """Say why a person's text is longer than the hub keeps ("" when it is not).
+
+    Refused, never cut: the person still has their text and can shorten it. The limit is
+    DEPLOYHUB_MAX_TEXT_CHARS unless given.
+    """
+    limit = limit or settings.DEPLOYHUB_MAX_TEXT_CHARS
+    if not isinstance(value, str) or len(value) <= limit:
+        return ""
+    return f"{what} is {len(value):,} characters long: at most {limit:,} are kept."
+
+
+def tail(value, limit):
+    """Return a device's text as the hub keeps it: at most its last `limit` characters.
+
+    The end of a log or an error says why a build failed, so the start goes, and a first
+    line says how much of it went.
+    """
+    if len(value) <= limit:
+        return value
+    kept = value[-limit:]
+    kept = kept[kept.find("\n") + 1 :] if "\n" in kept[: limit // 2] else kept
+    return f"[{len(value) - len(kept):,} earlier characters cut]\n{kept}"
+
+
+def size_problem(value, what, limit):
+    """Say why a JSON value is bigger than the hub keeps ("" when it is not)."""
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size <= limit:
+        return ""
+    return f"{what} is {size:,} bytes of JSON: at most {limit:,} are kept."
 
 
 def check_text(value, where):

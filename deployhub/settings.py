@@ -281,6 +281,13 @@ DEPLOYHUB_HEARTBEAT_INTERVAL = env_int("DEPLOYHUB_HEARTBEAT_INTERVAL", 10)
 # A device missing heartbeats for this long is shown offline.
 DEPLOYHUB_OFFLINE_AFTER = env_int("DEPLOYHUB_OFFLINE_AFTER", 35)
 
+# Text that everyone then reads. A person's longer text is refused, saying so; a device's
+# log or error is cut to its end (where a build says why it failed); a bigger fingerprint
+# is refused (a worker's own is a few KiB: a cut one would describe another machine).
+DEPLOYHUB_MAX_TEXT_CHARS = env_int("DEPLOYHUB_MAX_TEXT_CHARS", 10_000)
+DEPLOYHUB_MAX_LOG_CHARS = env_int("DEPLOYHUB_MAX_LOG_CHARS", 200_000)
+DEPLOYHUB_MAX_FINGERPRINT_BYTES = env_int("DEPLOYHUB_MAX_FINGERPRINT_BYTES", 64 * 1024)
+
 # Email (release reviews and decisions): printed to the console unless SMTP is configured.
 EMAIL_BACKEND = env_str("DEPLOYHUB_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env_str("DEPLOYHUB_EMAIL_HOST", "localhost")

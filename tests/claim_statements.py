@@ -10,6 +10,7 @@ import sys
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Model
 from django.utils import timezone
 
@@ -33,7 +34,7 @@ def _plain(value):
 def observe():
     """Register a device, look it up by token and claim jobs with it; return what was seen."""
     from deployhub.devices.models import Device, DeviceClass
-    from deployhub.jobs.models import LOG_LIMIT, Job, JobKind, JobState
+    from deployhub.jobs.models import Job, JobKind, JobState
     from deployhub.teams.models import Team, TokenFailures
 
     TokenFailures.objects.all().delete()  # a database of this test's own: no lockouts yet
@@ -96,9 +97,10 @@ def observe():
     # Lease lost, queued again as attempt 2: the claim keeps the first attempt's start.
     Job.objects.filter(pk=job.pk).update(state=JobState.QUEUED, attempt=2, device=None)
     seen["take"]["second_attempt"] = fields(take(job, attempt=2))
-    full = Job.objects.create(**_job(team, device_class), log="y" * LOG_LIMIT)
+    limit = settings.DEPLOYHUB_MAX_LOG_CHARS
+    full = Job.objects.create(**_job(team, device_class), log="y" * limit)
     log = take(full).log
-    seen["take"]["full_log"] = {"length": len(log), "tail": log[-60:], "limit": LOG_LIMIT}
+    seen["take"]["full_log"] = {"length": len(log), "tail": log[-60:], "limit": limit}
     seen["take"]["no_such_job"] = take(Job(pk=2**63)) is not None  # SQLite's integers end
     seen["for_token"] = _take_for_token(token, device, other_class)
     return seen

@@ -25,7 +25,7 @@ def trail(demo_team, version, alice, bob):
 
 
 def rows(response):
-    return list(csv.DictReader(io.StringIO(response.content.decode())))
+    return list(csv.DictReader(io.StringIO(response.getvalue().decode())))  # streamed
 
 
 def test_the_page_lists_the_teams_events_and_filters_them(client, trail, alice, charlie):

@@ -1,5 +1,6 @@
 """API v1 for people and scripts: the model registry, with personal API tokens."""
 
+from django.conf import settings
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
@@ -95,7 +96,7 @@ def _file(request, what="the model"):
 
 def _version_fields(request):
     return {
-        "notes": text(request.POST, "notes", ""),
+        "notes": text(request.POST, "notes", "", max_length=settings.DEPLOYHUB_MAX_TEXT_CHARS),
         "preprocessing": _json_field(request, "preprocessing"),
         "contract": _json_field(request, "contract"),
     }
@@ -157,7 +158,9 @@ def models(request):
             team,
             request.user,
             name=name,
-            description=text(request.POST, "description", ""),
+            description=text(
+                request.POST, "description", "", max_length=settings.DEPLOYHUB_MAX_TEXT_CHARS
+            ),
             uploaded_file=_file(request),
             **_version_fields(request),
         )

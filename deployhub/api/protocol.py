@@ -26,6 +26,7 @@ from deployhub.engines.models import Engine
 from deployhub.jobs import actions, kinds
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
+from deployhub.json_input import size_problem
 from workers.fingerprint import shape_problem
 
 
@@ -120,10 +121,15 @@ def whoami(request, device):
 
 
 def _fingerprint(data):
-    """The fingerprint a heartbeat reports, None when none; BadInput naming a field the hub
-    cannot read (workers/fingerprint.py SHAPE): such a fingerprint is not kept."""
+    """The fingerprint a heartbeat reports, None when none; BadInput when it is bigger than
+    the hub keeps or has a field the hub cannot read (workers/fingerprint.py SHAPE)."""
     fingerprint = json_object(data, "fingerprint")
-    if fingerprint is not None and (problem := shape_problem(fingerprint)):
+    if fingerprint is None:
+        return None
+    limit = settings.DEPLOYHUB_MAX_FINGERPRINT_BYTES
+    if problem := size_problem(fingerprint, "The fingerprint", limit):
+        raise BadInput(f"{problem} A worker's own is a few KiB: check its override file.")
+    if problem := shape_problem(fingerprint):
         raise BadInput(f"{problem}.")
     return fingerprint
 

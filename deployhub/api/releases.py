@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 
 from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.engines.access import get_engine_for_user
+from deployhub.json_input import length_problem
 from deployhub.registry.access import get_model_for_user
 from deployhub.releases import actions
 from deployhub.releases.access import get_release_for_user
@@ -37,7 +38,7 @@ def release_rules(view):
 
 def _fields(request, known=(), required=()):
     """Return the JSON body's text fields; raise BadInput on another key, a non-string,
-    or a required field missing or blank."""
+    a required field missing or blank, or one longer than the hub keeps."""
     body = json_body(request)
     if unknown := sorted(set(body) - set(known)):
         known_list = ", ".join(known) or "none"
@@ -46,6 +47,9 @@ def _fields(request, known=(), required=()):
         raise BadInput(f"{wrong[0]!r} must be a string.")
     if missing := [name for name in required if not body.get(name, "").strip()]:
         raise BadInput(f"Say {missing[0]!r}: it is required here.")
+    for name, value in body.items():
+        if problem := length_problem(value, repr(name)):
+            raise BadInput(problem)
     return body
 
 

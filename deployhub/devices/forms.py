@@ -1,4 +1,5 @@
 from django import forms
+from django.conf import settings
 
 from deployhub import accuracy, json_input
 from deployhub.devices.models import DeviceClass, ServingPattern
@@ -23,13 +24,16 @@ def _positive(value, what):
 class DeviceClassEditForm(forms.ModelForm):
     """The serving pattern and budgets of a class (its slug names a queue: it never changes)."""
 
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        max_length=settings.DEPLOYHUB_MAX_TEXT_CHARS,
+    )
+
     class Meta:
         model = DeviceClass
         fields = ["name", "description", *GATE_FIELDS, "trusts_builds_of"]
-        widgets = {
-            "description": forms.Textarea(attrs={"rows": 2}),
-            "trusts_builds_of": forms.CheckboxSelectMultiple,
-        }
+        widgets = {"trusts_builds_of": forms.CheckboxSelectMultiple}
         labels = {
             "trusts_builds_of": "Runs engines built by",
             "task_tolerances": "Tolerances per task (JSON)",

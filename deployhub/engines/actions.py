@@ -7,6 +7,7 @@ key for the engine's backend and build config equals the engine's key.
 
 import hashlib
 
+from django.conf import settings
 from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
@@ -19,6 +20,7 @@ from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import EngineInput, FileInput
 from deployhub.jobs.models import JobKind
+from deployhub.json_input import tail
 from deployhub.registry.models import Dataset
 from deployhub.teams.models import Event
 from workers.backends.base import compat_key, describe_differences, differences, digest
@@ -325,7 +327,7 @@ def record_engine(job, result):
         fingerprint=fingerprint,
         tool_versions=result.get("tool_versions") or {},
         build_seconds=result.get("build_seconds"),
-        build_log=str(result.get("build_log") or ""),
+        build_log=tail(str(result.get("build_log") or ""), settings.DEPLOYHUB_MAX_LOG_CHARS),
         graph_report=_graph_report(result),
         built_on=job.device,
         job=job,
@@ -523,6 +525,18 @@ def compatibility_matrix(version, device_class, engines=None):
     ]
 
 
+# A change's summary, in its history and the team's audit trail: the first lines, each cut.
+SUMMARY_LINES, SUMMARY_LINE_CHARS = 50, 300
+
+
+def _brief(lines):
+    """Return a change's first SUMMARY_LINES lines, each cut, and how many more there were."""
+    kept = [line[:SUMMARY_LINE_CHARS] + "…" * (len(line) > SUMMARY_LINE_CHARS) for line in lines]
+    if len(kept) > SUMMARY_LINES:
+        return kept[:SUMMARY_LINES] + [f"… and {len(kept) - SUMMARY_LINES} more changes"]
+    return kept
+
+
 def record_fingerprint(device, fingerprint):
     """Store a reported fingerprint; a change goes to history and marks engines stale."""
     from workers.fingerprint import diff
@@ -536,7 +550,7 @@ def record_fingerprint(device, fingerprint):
         if not before:
             return None
         change = device.fingerprint_changes.create(
-            before=before, after=fingerprint, summary=diff(before, fingerprint)
+            before=before, after=fingerprint, summary=_brief(diff(before, fingerprint))
         )
         Event.record(
             device.team,

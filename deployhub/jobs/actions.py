@@ -15,6 +15,7 @@ from deployhub.devices.models import DeviceClass
 from deployhub.jobs import kinds
 from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
 from deployhub.jobs.models import FAILURE_CATEGORIES, Job, JobKind, JobState
+from deployhub.json_input import tail
 from deployhub.teams.models import Event
 
 logger = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def _store_result(job, result):
 
 def _finish(job, state, error=""):
     job.state = state
-    job.error = str(error or "")[:5000]
+    job.error = tail(str(error or ""), settings.DEPLOYHUB_MAX_TEXT_CHARS)
     job.finished_at = timezone.now()
     job.lease_expires_at = None
     job.message = JobState.label(state)

@@ -12,7 +12,6 @@ from deployhub.devices.models import TOKEN_PREFIX, hash_token, token_lookup
 from deployhub.handwritten import Columns, prepared_cursor
 from workers import kinds
 
-LOG_LIMIT = 200_000  # characters kept; the oldest lines go first
 # How a worker classifies a failed build or first load (workers/backends/isolate.py); it
 # sends the category with the completion (docs/protocol.md).
 FAILURE_CATEGORIES = {
@@ -182,7 +181,8 @@ class Job(models.Model):
     def append_log(self, text, source="hub"):
         """Append lines to the log; hub lines get a timestamp and a source."""
         if text:
-            self.log = (self.log + log_lines(text, source))[-LOG_LIMIT:]
+            limit = settings.DEPLOYHUB_MAX_LOG_CHARS  # the oldest lines go first
+            self.log = (self.log + log_lines(text, source))[-limit:]
 
 
 def log_lines(text, source="hub"):
@@ -268,7 +268,7 @@ class _ClaimStatement:
             "message": "claimed by ",
             "log": f"{log_stamp()}attempt {attempt} claimed by device ",
             "newline": "\n",
-            "limit": LOG_LIMIT,
+            "limit": settings.DEPLOYHUB_MAX_LOG_CHARS,
         }
 
     def sql(self, connection, by, returning):

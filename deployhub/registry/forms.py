@@ -3,6 +3,7 @@
 import json
 
 from django import forms
+from django.conf import settings
 from django.db.models import Q
 
 from deployhub import json_input
@@ -20,6 +21,8 @@ from workers.preprocessing import (
 )
 from workers.tasks import TASKS
 
+# The most a person's free text holds (notes, a description): a longer one is refused, said.
+TEXT = settings.DEPLOYHUB_MAX_TEXT_CHARS
 JSON_WIDGET = forms.Textarea(attrs={"rows": 6, "class": "code", "spellcheck": "false"})
 
 
@@ -175,7 +178,9 @@ class VersionUploadForm(SpecFields):
     file = forms.FileField(
         help_text=".onnx, a .zip of an ONNX model with its external data, or a torch.export .pt2."
     )
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    notes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=TEXT
+    )
     export_on = forms.ModelChoiceField(
         queryset=DeviceClass.objects.none(),
         required=False,
@@ -191,7 +196,9 @@ class VersionUploadForm(SpecFields):
 
 class NewModelForm(VersionUploadForm):
     name = forms.CharField(max_length=100)
-    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    description = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=TEXT
+    )
     field_order = ["name", "description", *VersionUploadForm.field_order]
 
     def clean_name(self):
@@ -203,12 +210,16 @@ class NewModelForm(VersionUploadForm):
 
 
 class DeriveVersionForm(SpecFields):
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    notes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=TEXT
+    )
 
 
 class EditNotesForm(forms.Form):
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
-    tags = forms.CharField(required=False, help_text="Comma-separated.")
+    notes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=TEXT
+    )
+    tags = forms.CharField(required=False, help_text="Comma-separated.", max_length=TEXT)
 
     def clean_tags(self):
         tags = [tag.strip() for tag in self.cleaned_data["tags"].split(",") if tag.strip()]

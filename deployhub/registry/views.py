@@ -175,7 +175,10 @@ def version_notes(request, pk):
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
     form = EditNotesForm(request.POST)
-    if form.is_valid():
+    if not form.is_valid():
+        said = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+        messages.error(request, f"Notes and tags not saved: {said}")
+    else:
         before = {"notes": version.notes, "tags": version.tags}
         version.notes, version.tags = form.cleaned_data["notes"], form.cleaned_data["tags"]
         version.save(update_fields=["notes", "tags"])

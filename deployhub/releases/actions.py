@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import EngineStatus
+from deployhub.json_input import length_problem
 from deployhub.registry.models import Model
 from deployhub.releases import evidence, notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
@@ -23,6 +24,12 @@ from deployhub.teams.models import Event, Role
 
 class ReleaseRefused(Exception):
     """The release's state, gates or quorum do not allow this; the message says which rule."""
+
+
+def _check_length(text, what):
+    """Refuse a person's text longer than the hub keeps (DEPLOYHUB_MAX_TEXT_CHARS)."""
+    if problem := length_problem(text, what):
+        raise ReleaseRefused(f"{problem} Shorten it.")
 
 
 def gates_of(release):
@@ -41,6 +48,7 @@ def propose(engine, user, note=""):
     require_role(user, engine.team, Role.ENGINEER)
     if engine.status != EngineStatus.VALID:
         raise ReleaseRefused(f"Only a valid engine can be proposed; {engine} is {engine.status}.")
+    _check_length(note, "The note")
     release = Release.objects.create(
         engine=engine,
         model=engine.model_version.model,
@@ -79,6 +87,7 @@ def review(release, user, decision, comment=""):
         raise ReleaseRefused(f"A decision is one of {', '.join(dict(Decision.choices()))}.")
     if user.pk == release.created_by_id:
         raise PermissionDenied("Nobody reviews their own release, admins included.")
+    _check_length(comment, "The comment")
     _require_state(release, "reviewed", ReleaseState.IN_REVIEW)
     if decision == Decision.APPROVE and (blocking := blocking_gates(release)):
         names = ", ".join(f"{gate.name} ({gate.label.lower()})" for gate in blocking)
@@ -103,6 +112,7 @@ def override_gate(release, user, gate, justification):
     justification = (justification or "").strip()
     if not justification:
         raise ReleaseRefused("An override needs a written justification.")
+    _check_length(justification, "The justification")
     failed = {gate.name: gate for gate in blocking_gates(release)}
     if gate not in failed:
         raise ReleaseRefused(
@@ -171,6 +181,7 @@ def rollback(release, user, reason):
     reason = (reason or "").strip()
     if not reason:
         raise ReleaseRefused("A rollback needs a reason.")
+    _check_length(reason, "The reason")
     _require_state(release, "rolled back", ReleaseState.PRODUCTION)
     with transaction.atomic():
         Model.objects.select_for_update().filter(pk=release.model_id).first()

@@ -1,4 +1,5 @@
-"""The team's audit trail: every Event, filtered by actor, verb, object and date, as a page or CSV.
+"""The team's audit trail: every Event, filtered by actor, verb, object and date, as pages or a
+streamed CSV.
 
 Events are append-only (teams/models.py refuses update and delete); nothing here
 changes one. The filters live in the URL, so a view of the trail can be shared.
@@ -6,7 +7,6 @@ changes one. The filters live in the URL, so a view of the trail can be shared.
 
 import csv
 import datetime
-import io
 import json
 
 from django import forms
@@ -14,6 +14,10 @@ from django import forms
 from deployhub.teams.models import Event
 
 CSV_COLUMNS = ["time", "actor", "verb", "object", "object_id", "before", "after", "data"]
+# Events a page of the trail shows (newest first; the CSV has every one), and read at once
+# while the CSV streams.
+PAGE_SIZE = 100
+CSV_CHUNK = 500
 
 
 class AuditFilter(forms.Form):
@@ -51,26 +55,38 @@ def filtered_events(team, params):
 
 
 def events_csv(events):
-    """Return the events as CSV text, one row each, newest first."""
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
-    for event in events:
-        data = dict(event.data)
-        before, after = data.pop("before", ""), data.pop("after", "")
-        writer.writerow(
-            [
-                event.created_at.astimezone(datetime.UTC).isoformat(),
-                event.actor,
-                event.verb,
-                event.target_type,
-                event.target_id,
-                _cell(before),
-                _cell(after),
-                json.dumps(data) if data else "",
-            ]
-        )
-    return out.getvalue()
+    """Yield the events as CSV lines, a header then one row each, newest first.
+
+    Streamed, and read from the database a chunk at a time: a trail of any length is
+    never held whole in the hub's memory, nor waited for before the first line.
+    """
+    writer = csv.writer(_Line())
+    yield writer.writerow(CSV_COLUMNS)
+    for event in events.iterator(chunk_size=CSV_CHUNK):
+        yield writer.writerow(_row(event))
+
+
+class _Line:
+    """A file for csv.writer whose write returns the line instead of keeping it."""
+
+    def write(self, line):
+        return line
+
+
+def _row(event):
+    """The event's CSV row: its before and after in columns of their own, the rest as JSON."""
+    data = dict(event.data)
+    before, after = data.pop("before", ""), data.pop("after", "")
+    return [
+        event.created_at.astimezone(datetime.UTC).isoformat(),
+        event.actor,
+        event.verb,
+        event.target_type,
+        event.target_id,
+        _cell(before),
+        _cell(after),
+        json.dumps(data) if data else "",
+    ]
 
 
 def _cell(value):

@@ -3,14 +3,15 @@
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub.downloads import content_disposition
 from deployhub.teams import webhooks
 from deployhub.teams.access import current_team, require_role, teams_of
-from deployhub.teams.audit import events_csv, filtered_events
+from deployhub.teams.audit import PAGE_SIZE, events_csv, filtered_events
 from deployhub.teams.models import ApiToken, Event, Role, TokenScope
 
 
@@ -76,7 +77,10 @@ def audit(request):
     """Every state change of the team, newest first, with filters in the URL."""
     team = _team(request)
     events, form = filtered_events(team, request.GET)
-    context = {"events": events[:500], "total": events.count(), "form": form, "team": team}
+    page = Paginator(events, PAGE_SIZE).get_page(request.GET.get("page"))
+    filters = request.GET.copy()
+    filters.pop("page", None)  # the links to other pages and the CSV keep the filters only
+    context = {"page": page, "filters": filters.urlencode(), "form": form, "team": team}
     return render(request, "teams/audit.html", context, status=400 if form.errors else 200)
 
 
@@ -87,7 +91,7 @@ def audit_csv(request):
     if form.errors:
         refusal = f"No CSV: a filter is invalid.\n{form.errors.as_text()}\n"
         return HttpResponse(refusal, status=400, content_type="text/plain; charset=utf-8")
-    response = HttpResponse(events_csv(events), content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(events_csv(events), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = content_disposition(f"{team.slug}-audit.csv")
     return response
 
