@@ -23,7 +23,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import BaseBackend
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
@@ -57,9 +56,12 @@ def try_again_in(seconds):
     return f"try again in {minutes} minute{'' if minutes == 1 else 's'}"
 
 
-class SignInThrottle(BaseBackend):
+class SignInThrottle:
     """Refuse a sign-in whose username is locked out at its address, or whose address is,
     before any password is checked (first in AUTHENTICATION_BACKENDS).
+
+    It authenticates nobody and has no get_user: a session is never tied to it, so a
+    login made without a password (the test client's force_login) goes to ModelBackend.
 
     Only sign-ins over HTTP are throttled: authenticate() without a request (the
     test client's login, a management command) has no address to count by.
