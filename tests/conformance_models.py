@@ -1505,14 +1505,17 @@ def source_objects(path, model, samples, declaration):
     """Return the objects the source's answers decode into, one per sample (its detections,
     masks, strings), read with a checked declaration as the evaluate job reads them."""
     from workers.tasks import TASKS
+    from workers.tasks.detection import counted
 
     task, params = TASKS[declaration["task"]], declaration["params"]
     names = [output.name for output in source_session(path, model).get_outputs()]
-    return [
+    found = [
         found
         for outputs in source_runs(path, model, samples)
         for found in task.decode(outputs, names, params, model.batch, model.batch)
     ]
+    # Detections as the source reports them: above its threshold, not the matching margin.
+    return counted(found, params) if "score_threshold" in params else found
 
 
 def label_arrays(task, objects):

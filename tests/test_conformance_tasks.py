@@ -37,6 +37,7 @@ from tests.conformance_models import (
 )
 from workers.evaluate import evaluate
 from workers.tasks import TASKS
+from workers.tasks.detection import counted
 
 SHIFT_PX = 10
 ROTATION_DEGREES = 5  # cosine 0.9962, below the embedding floor of 0.999
@@ -353,7 +354,7 @@ def test_its_detectors_map_is_cocoevals(written, name, change):
 
     result = model.evaluated(change)
 
-    objects = model.decoded(change)
+    objects = counted(model.decoded(change), model.declaration["params"])  # as it reports them
     assert result["engine"]["map"] == pytest.approx(coco_map(objects, labels), abs=1e-9)
     assert result["reference"]["map"] == pytest.approx(1.0)  # the labels are its detections
 
@@ -362,10 +363,11 @@ def test_its_detectors_map_is_cocoevals(written, name, change):
 def test_its_changed_detections_are_the_sources_shifted_or_swapped(written, name):
     model = written[name]
     unclipped = {"image_size": None}  # a box moved past the border stays whole
-    truth = _rows(model.decoded("unchanged", **unclipped))
+    params = {**model.declaration["params"], **unclipped}
+    truth = _rows(counted(model.decoded("unchanged", **unclipped), params))
 
-    shifted = _rows(model.decoded("boxes shifted", **unclipped))
-    swapped = _rows(model.decoded("class swapped", **unclipped))
+    shifted = _rows(counted(model.decoded("boxes shifted", **unclipped), params))
+    swapped = _rows(counted(model.decoded("class swapped", **unclipped), params))
 
     assert shifted == pytest.approx(_sorted(truth + [SHIFT_PX, 0, SHIFT_PX, 0, 0]), abs=1e-3)
     renamed = truth.copy()

@@ -423,3 +423,20 @@ def test_a_borderline_box_one_side_drops_by_a_hair_is_no_disagreement():
     assert agreement["f1"] == 1.0 and agreement["recall"] == 1.0
     gone = anchors_last(OBJECTS[:3])  # the box really missing: a disagreement
     assert DETECTION.agree([ours], decode(gone, params), params)["recall"] == pytest.approx(3 / 4)
+
+
+def test_map_scores_what_the_deployed_threshold_keeps_not_the_matching_margin():
+    # A source scored on labels that are its own detections above 0.25 gets mAP 1.0, though
+    # a box at 0.22 is decoded (under the threshold, for matching only).
+    source = anchors_last(OBJECTS + [(200, 200, 10, 10, 1, 0.22)])
+    params = declared(source)
+    (found,) = decode(source, params)
+    assert len(found["scores"]) == len(OBJECTS) + 1
+    above = found["scores"] > 0.25
+    labels = {
+        "label_boxes": found["boxes"][above],
+        "label_classes": found["classes"][above],
+        "label_sample": np.zeros(int(above.sum()), dtype=np.int64),
+    }
+
+    assert DETECTION.score([found], labels, params)["map"] == pytest.approx(1.0)

@@ -243,6 +243,21 @@ def _channel_count(task, params, outputs):
     return shape[axis] if shape and known(shape[axis]) else None
 
 
+def counted(objects, params):
+    """Return each sample's detections above the score threshold: what the deployed model
+    reports (the margin under it is decoded for matching only)."""
+    threshold = params.get("score_threshold", DEFAULTS["score_threshold"])
+    return [_above(found, threshold) for found in objects]
+
+
+def _above(found, threshold):
+    keep = np.asarray(found["scores"]) > threshold
+    return {
+        key: value[keep] if isinstance(value, np.ndarray) and len(value) == len(keep) else value
+        for key, value in found.items()
+    }
+
+
 def decode_floor(params):
     """Return the score detections are decoded down to: the threshold less MATCH_MARGIN.
 
@@ -369,4 +384,4 @@ class Detection(Task):
         return detection_agreement(reference, candidate, pairs, params["score_threshold"])
 
     def score(self, objects, labels, params):
-        return mean_average_precision(objects, labels)
+        return mean_average_precision(counted(objects, params), labels)

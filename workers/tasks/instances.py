@@ -26,6 +26,7 @@ from workers.tasks.detection import (
     ANCHOR_HEADS,
     PARAMS,
     Detection,
+    counted,
     detection_agreement,
     detection_params,
     detections,
@@ -154,7 +155,7 @@ class Keypoints(Detection):
     def score(self, objects, labels, params):
         if params["head"] == "heatmaps":
             return self.unscored()  # no boxes to measure
-        return mean_average_precision(objects, labels)
+        return mean_average_precision(counted(objects, params), labels)
 
 
 def _with_classes(task, params):
