@@ -1489,14 +1489,21 @@ def declaration_of(model, path, declaration=None):
     the params its team declares on top (a recogniser's charset).
     """
     from workers.tasks import normalise
+    from workers.tasks.propose import BOX_TASKS, image_size
 
+    session = source_session(path, model)
     declaration = declaration or {"task": model.task, "params": {}}
     if declaration["task"] == model.task and model.task_params:
         params = {**declaration.get("params", {}), **model.task_params}
         declaration = {"task": model.task, "params": params}
+    if declaration["task"] in BOX_TASKS and "image_size" not in declaration["params"]:
+        # Boxes clipped to the image, as the hub's proposal and declarations clip them.
+        inputs = [{"name": i.name, "shape": i.shape} for i in session.get_inputs()]
+        params = {**declaration["params"], "image_size": image_size(inputs)}
+        declaration = {**declaration, "params": params}
     outputs = [
         {"name": output.name, "dtype": output.type, "shape": output.shape}
-        for output in source_session(path, model).get_outputs()
+        for output in session.get_outputs()
     ]
     return normalise(declaration, outputs)
 
