@@ -52,6 +52,28 @@ def labelled_value(metric, top1, figures):
     return (figures or {}).get(metric)
 
 
+class LabelledFigures:
+    """A run's labelled headline, source and engine, for stored runs and the figures' rows
+    alike: each reads one side with _labelled("reference" | "engine") (labelled_value)."""
+
+    def _labelled(self, which):
+        raise NotImplementedError
+
+    @property
+    def reference_value(self):
+        """The FP32 source's labelled headline (mAP, mIoU, CER, top-1); None without labels."""
+        return self._labelled("reference")
+
+    @property
+    def engine_value(self):
+        """The engine's labelled headline; None without labels."""
+        return self._labelled("engine")
+
+    @property
+    def labelled(self):
+        return self.reference_value is not None and self.engine_value is not None
+
+
 def points_lost(task, before, after):
     """Return the labelled headline's change from source to candidate, in points, bad way up."""
     higher = task_of(task).labelled.higher_is_better

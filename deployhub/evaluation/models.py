@@ -43,7 +43,7 @@ def _real_samples(result, dataset, max_samples):
     return samples
 
 
-class AccuracyRun(models.Model):
+class AccuracyRun(accuracy.LabelledFigures, models.Model):
     """How closely an engine reproduces its FP32 source on a dataset, and its task metric."""
 
     job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="accuracy")
@@ -115,20 +115,6 @@ class AccuracyRun(models.Model):
     def _labelled(self, which):
         top1 = self.reference_top1 if which == "reference" else self.top1
         return accuracy.labelled_value(self.metric, top1, self.details.get(which))
-
-    @property
-    def reference_value(self):
-        """The FP32 source's labelled headline on the dataset (None without labels)."""
-        return self._labelled("reference")
-
-    @property
-    def engine_value(self):
-        """The engine's labelled headline on the dataset (None without labels)."""
-        return self._labelled("engine")
-
-    @property
-    def labelled(self):
-        return self.reference_value is not None and self.engine_value is not None
 
     @property
     def metric_drop_points(self):

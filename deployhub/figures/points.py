@@ -64,7 +64,7 @@ def precision_of_config(config):
 
 
 @dataclass
-class Point:
+class Point(accuracy.LabelledFigures):
     """An engine and the figures of its latest benchmark and evaluation on its class."""
 
     engine_id: int
@@ -161,20 +161,6 @@ class Point:
         return accuracy.labelled_value(
             run.get("details__metric"), top1, run.get(f"details__{which}")
         )
-
-    @property
-    def reference_value(self):
-        """The FP32 source's labelled headline (mAP, mIoU, CER, top-1); None without labels."""
-        return self._labelled("reference")
-
-    @property
-    def engine_value(self):
-        """The engine's labelled headline; None without labels."""
-        return self._labelled("engine")
-
-    @property
-    def labelled(self):
-        return self.reference_value is not None and self.engine_value is not None
 
     def meets_budget(self):
         """Whether the latest benchmark meets the class's gate (as BenchmarkRun.gate judges)."""
