@@ -21,7 +21,7 @@ from django.test.utils import override_settings
 
 from deployhub.devices.models import Device, DeviceClass
 from deployhub.engines.models import Engine
-from deployhub.jobs.models import FAILURE_CATEGORIES, JobKind
+from deployhub.jobs.models import FAILURE_CATEGORIES, Job, JobKind
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from deployhub.teams.models import Membership, Role, Team
@@ -277,6 +277,16 @@ def run_python():
     if not path.exists():
         pytest.fail(f"make run's environment is not built ({path} is missing): make test builds it")
     return path
+
+
+def job_finished(job, worker, timeout=120):
+    """Wait for a job to end (any final state); return it, or fail with the worker's output."""
+    return wait_until(
+        lambda: (j := Job.objects.get(pk=job.pk)).is_final and j,
+        timeout,
+        f"job {job.pk} to finish",
+        on_timeout=worker.output,
+    )
 
 
 def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):

@@ -14,10 +14,10 @@ from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.engines.actions import request_compile
 from deployhub.engines.preflight import preflight
 from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job, JobKind
+from deployhub.jobs.models import JobKind
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import ContractRefused, create_version
-from tests.conftest import wait_until
+from tests.conftest import job_finished
 from tests.foreign_models import negative_dims_model
 from workers import feeds
 
@@ -76,15 +76,6 @@ def test_its_version_keeps_the_named_axes_and_the_contract(demo_team, alice):
     assert version.contract["inputs"]["x"]["dynamic"]["3"]["opt"] == 24
 
 
-def final(job, worker, timeout=120):
-    return wait_until(
-        lambda: (j := Job.objects.get(pk=job.pk)).is_final and j,
-        timeout,
-        f"job {job.pk} to finish",
-        on_timeout=worker.output,
-    )
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_builds_and_benchmarks_it_on_onnx_runtime(
@@ -98,7 +89,7 @@ def test_a_real_worker_builds_and_benchmarks_it_on_onnx_runtime(
     [verdict] = preflight(version, device_class, ["onnxruntime"])
     assert verdict.fails == [], verdict.fails
     _, job = request_compile(version, device_class, "onnxruntime", {}, alice)
-    built = final(job, worker)
+    built = job_finished(job, worker)
     assert built.state == "succeeded", built.log + built.error
     benchmark = submit_job(
         team=demo_team,
@@ -110,7 +101,7 @@ def test_a_real_worker_builds_and_benchmarks_it_on_onnx_runtime(
         params={"batch_size": 2, "warmup_iterations": 2, "iterations": 20},
     )
 
-    measured = final(benchmark, worker)
+    measured = job_finished(benchmark, worker)
 
     assert measured.state == "succeeded", measured.log + measured.error
     run = BenchmarkRun.objects.get(job=measured)

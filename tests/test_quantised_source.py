@@ -16,11 +16,11 @@ from deployhub.engines import auto
 from deployhub.engines.actions import BuildRefused, request_compile
 from deployhub.engines.preflight import preflight
 from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job, JobKind
+from deployhub.jobs.models import JobKind
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_dataset, create_version
 from tests.compile_jobs import FINGERPRINT
-from tests.conftest import wait_until
+from tests.conftest import job_finished
 from tests.foreign_models import calibration_npz, write_qdq_model
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.errors import JobError
@@ -108,15 +108,6 @@ def test_auto_mode_skips_its_int8_builds_with_the_reason(quantised, device_class
     assert builds[("openvino", "fp32")].compile_job is not None
 
 
-def final(job, worker, timeout=120):
-    return wait_until(
-        lambda: (j := Job.objects.get(pk=job.pk)).is_final and j,
-        timeout,
-        f"job {job.pk} to finish",
-        on_timeout=worker.output,
-    )
-
-
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_builds_it_as_fp32_and_names_the_cause_of_an_int8_build(
@@ -130,7 +121,7 @@ def test_a_real_worker_builds_it_as_fp32_and_names_the_cause_of_an_int8_build(
     assert verdict.fails == []
 
     _, job = request_compile(version, device_class, "onnxruntime", {}, alice)
-    built = final(job, worker)
+    built = job_finished(job, worker)
     asked_anyway = submit_job(  # as an older hub would have asked
         team=demo_team,
         kind=JobKind.COMPILE,
@@ -143,7 +134,7 @@ def test_a_real_worker_builds_it_as_fp32_and_names_the_cause_of_an_int8_build(
             "calibration_dataset": version.model.datasets.get().pk,
         },
     )
-    refused = final(asked_anyway, worker)
+    refused = job_finished(asked_anyway, worker)
 
     assert built.state == "succeeded", built.log + built.error
     operators = built.engine.graph_report["after"]["operators"]  # it runs in INT8 as it is
