@@ -32,14 +32,18 @@ def propose(page, live_server, engine, note):
     page.goto(f"{live_server.url}{engine.get_absolute_url()}")
     page.fill("#propose-form textarea[name=note]", note)
     page.click("#propose")
-    page.click("#submit-release")
+    with page.expect_navigation():  # the release page, before anyone signs in again
+        page.click("#submit-release")
     return Release.objects.filter(engine=engine).latest("pk")
 
 
 def decide(page, live_server, release, decision="approve"):
     page.goto(f"{live_server.url}{release.get_absolute_url()}")
     page.select_option("#review-form select[name=decision]", decision)
-    page.click("#review-form button[type=submit]")
+    # Wait for the answer's page: a sign-in straight after would otherwise race the
+    # redirect's response, whose fresh CSRF cookie spoils the sign-in form's token.
+    with page.expect_navigation():
+        page.click("#review-form button[type=submit]")
 
 
 def state_of(release):
@@ -101,7 +105,8 @@ def test_the_demo_model_reaches_production_through_review_and_rolls_back(
     assert state_of(first) == ReleaseState.APPROVED, page.content()
     sign_in(page, live_server, "alice")
     page.goto(f"{live_server.url}{first.get_absolute_url()}")
-    page.click("#promote")
+    with page.expect_navigation():
+        page.click("#promote")
     assert state_of(first) == ReleaseState.PRODUCTION
 
     fetched = fetch_production(live_server, token, tmp_path / "production")
@@ -114,15 +119,18 @@ def test_the_demo_model_reaches_production_through_review_and_rolls_back(
     second = propose(page, live_server, other, "the other build")
     if page.locator("#override-form").count():  # its gates may not all be open: say why
         page.fill("#override-form textarea[name=justification]", "Measured by hand on the line.")
-        page.click("#override-form button[type=submit]")
+        with page.expect_navigation():
+            page.click("#override-form button[type=submit]")
     sign_in(page, live_server, "bob")
     decide(page, live_server, second)
     sign_in(page, live_server, "alice")
     page.goto(f"{live_server.url}{second.get_absolute_url()}")
-    page.click("#promote")
+    with page.expect_navigation():
+        page.click("#promote")
     assert state_of(second) == ReleaseState.PRODUCTION and state_of(first) == "retired"
     page.fill("#rollback-form textarea[name=reason]", "p99 regressed on the line")
-    page.click("#rollback")
+    with page.expect_navigation():
+        page.click("#rollback")
     assert state_of(second) == ReleaseState.ROLLED_BACK
     assert state_of(first) == ReleaseState.PRODUCTION
     ARTIFACTS.mkdir(exist_ok=True)
