@@ -16,6 +16,7 @@ from deployhub.handwritten import Columns, split
 from deployhub.teams.models import TokenFailures
 
 TOKEN_PREFIX = "dht_"
+ENROLMENT_PREFIX = "dhe_"
 
 
 class ServingPattern(ChoiceSet):
@@ -69,6 +70,10 @@ class DeviceClass(models.Model):
         blank=True,
         help_text="Per task, what overrides the defaults (workers/tasks DEFAULT_TOLERANCES): "
         '{"detection": {"drop": 1.0, "agreement": 0.99}}.',
+    )
+    silent_after_minutes = models.PositiveIntegerField(
+        default=10,
+        help_text="A device silent this long is reported (audit trail, webhooks, email).",
     )
     auto_rebuild = models.BooleanField(
         default=False, help_text="Rebuild engines that a fingerprint change made stale."
@@ -180,6 +185,17 @@ class DeviceManager(models.Manager.from_queryset(DeviceQuerySet)):
         )
 
 
+class Delivery(ChoiceSet):
+    """How a device's worker receives its class's work (docs/protocol.md)."""
+
+    BROKER = "broker"
+    HTTPS = "https"
+    CHOICES = (
+        (BROKER, "Broker (inside the hub's network)", "grey"),
+        (HTTPS, "HTTPS (the hub's API only)", "blue"),
+    )
+
+
 class Device(models.Model):
     """One worker host of a class; it authenticates with a token shown once."""
 
@@ -191,6 +207,18 @@ class Device(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     draining = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Enrolment (deployhub-worker enroll): the machine's stable id makes enrolling again
+    # return the same device; blank for a device registered by hand.
+    machine_id = models.CharField(max_length=128, blank=True, db_index=True)
+    enrolled_with = models.ForeignKey(
+        "EnrolmentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="devices"
+    )
+    # What the worker last said of itself (every call's User-Agent: docs/protocol.md).
+    worker_version = models.CharField(max_length=40, blank=True)
+    protocol_version = models.PositiveIntegerField(null=True, blank=True)
+    delivery = models.CharField(max_length=10, choices=Delivery.choices(), default=Delivery.BROKER)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    silence_reported_at = models.DateTimeField(null=True, blank=True)
 
     objects = DeviceManager()
 
@@ -247,6 +275,64 @@ class Device(models.Model):
             self.fingerprint = fingerprint
             fields.append("fingerprint")
         self.save(update_fields=fields)
+
+
+class EnrolmentTokenQuerySet(models.QuerySet):
+    def by_token(self, token):
+        """Return the enrolment token this secret is, with its class and team, or None."""
+        if not token or not token.startswith(ENROLMENT_PREFIX):
+            return None
+        found = self.select_related("device_class__team").filter(token_hash=hash_token(token))
+        return found.first()
+
+
+class EnrolmentToken(models.Model):
+    """A secret a team admin hands to devices so they register themselves in a class.
+
+    Shown once, stored hashed; it may expire, cap how many devices it enrols, and be
+    revoked. A device it enrolled keeps its own device token whatever becomes of it.
+    """
+
+    device_class = models.ForeignKey(
+        DeviceClass, on_delete=models.CASCADE, related_name="enrolment_tokens"
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_hint = models.CharField(max_length=12, editable=False, blank=True)
+    note = models.CharField(max_length=200, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    max_devices = models.PositiveIntegerField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0, help_text="Devices enrolled with it.")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = EnrolmentTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.token_hint}… ({self.device_class})"
+
+    def issue(self):
+        """Set a new secret and return it; only its hash is kept, so show it now."""
+        token = ENROLMENT_PREFIX + secrets.token_urlsafe(32)
+        self.token_hash = hash_token(token)
+        self.token_hint = token[: len(ENROLMENT_PREFIX) + 4]
+        return token
+
+    def refusal(self, now=None):
+        """Say why this token enrols no more devices, or return "" when it may."""
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return f"This enrolment token was revoked at {self.revoked_at:%Y-%m-%d %H:%M} UTC."
+        if self.expires_at is not None and self.expires_at <= now:
+            return f"This enrolment token expired at {self.expires_at:%Y-%m-%d %H:%M} UTC."
+        if self.max_devices is not None and self.uses >= self.max_devices:
+            return f"This enrolment token has enrolled its {self.max_devices} device(s)."
+        return ""
 
 
 class FingerprintChange(models.Model):

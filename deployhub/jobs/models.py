@@ -153,6 +153,15 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [
+            # A device asking for work over HTTPS takes its class's oldest queued job: the
+            # cost of finding it does not grow with the backlog (docs/protocol.md).
+            models.Index(
+                fields=["device_class", "id"],
+                condition=models.Q(state="queued"),
+                name="job_queued_by_class",
+            )
+        ]
 
     def __str__(self):
         return f"{self.get_kind_display()} #{self.pk}"
