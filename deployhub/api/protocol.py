@@ -43,7 +43,8 @@ def _job_for(device, job_id):
     return get_object_or_404(Job, pk=job_id, device_class__team=device.device_class.team)
 
 
-def _device_json(device):
+def device_json(device):
+    """What GET device answers: who the device is and how it talks to the hub (enrolment too)."""
     return {
         "id": device.pk,
         "name": device.name,
@@ -117,12 +118,13 @@ def _model_io(version):
 @require_GET
 @device_required
 def whoami(request, device):
-    return JsonResponse(_device_json(device))
+    return JsonResponse(device_json(device))
 
 
-def _fingerprint(data):
+def reported_fingerprint(data):
     """The fingerprint a heartbeat reports, None when none; BadInput when it is bigger than
-    the hub keeps or has a field the hub cannot read (workers/fingerprint.py SHAPE)."""
+    the hub keeps or has a field the hub cannot read (workers/fingerprint.py SHAPE).
+    Enrolment reads its fingerprint with it too."""
     fingerprint = json_object(data, "fingerprint")
     if fingerprint is None:
         return None
@@ -137,7 +139,7 @@ def _fingerprint(data):
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = _fingerprint(json_body(request, scrub=True))
+    fingerprint = reported_fingerprint(json_body(request, scrub=True))
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
     device.record_heartbeat()
