@@ -211,6 +211,13 @@ DEPLOYHUB_TOKEN_FAILURE_LIMIT = env_int("DEPLOYHUB_TOKEN_FAILURE_LIMIT", 30)
 DEPLOYHUB_TOKEN_LOCKOUT_SECONDS = env_int("DEPLOYHUB_TOKEN_LOCKOUT_SECONDS", 600)
 # Reverse proxies in front of the hub that append to X-Forwarded-For; 0: the peer is the client.
 DEPLOYHUB_PROXY_COUNT = env_int("DEPLOYHUB_PROXY_COUNT", 0)
+# /metrics (Prometheus) answers a scraper that sends this token as a bearer token, or one
+# calling from these networks (the caller's address as above); everyone else gets a 403.
+DEPLOYHUB_METRICS_TOKEN = env_str("DEPLOYHUB_METRICS_TOKEN")
+DEPLOYHUB_METRICS_NETWORKS = [
+    str(ipaddress.ip_network(network))
+    for network in env_list("DEPLOYHUB_METRICS_NETWORKS", "127.0.0.1/32,::1/128")
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "models"
 LOGOUT_REDIRECT_URL = "login"
