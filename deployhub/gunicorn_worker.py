@@ -8,6 +8,7 @@ worker class (`--worker-class deployhub.gunicorn_worker.HubWorker`).
 """
 
 import json
+import os
 
 from gunicorn import util
 from gunicorn.http.errors import LimitRequestLine
@@ -18,6 +19,12 @@ WORKER_CLASS = "deployhub.gunicorn_worker.HubWorker"
 
 class HubWorker(ThreadWorker):
     """gunicorn's gthread worker, answering a request line over the limit as JSON."""
+
+    def init_process(self):
+        # How many asks for work (POST device/work) the process may hold open while
+        # keeping threads for other calls: deployhub/jobs/waiting.py reads it.
+        os.environ["DEPLOYHUB_SERVER_THREADS"] = str(self.cfg.threads)
+        super().init_process()
 
     def handle_error(self, req, client, addr, exc):
         if not isinstance(exc, LimitRequestLine):

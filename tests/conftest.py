@@ -95,6 +95,20 @@ def empty_test_broker(request):
         pytest.exit(f"Redis at {settings.CELERY_BROKER_URL} is not reachable: {exc}", returncode=1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def work_listener_ends_before_the_test_database(request):
+    """The hub's work listener (deployhub/jobs/waiting.py) holds a connection of its own:
+    it ends before the test database is dropped (set up first, so torn down after this)."""
+    if not any(item.get_closest_marker("services") for item in request.session.items):
+        yield
+        return
+    request.getfixturevalue("django_db_setup")
+    yield
+    from deployhub.jobs.waiting import WAITERS
+
+    WAITERS.stop_listening()
+
+
 @pytest.fixture(autouse=True)
 def empty_results_cache():
     """Start each test with no results JSON kept (benchmarks/exports.py): a rolled-back test
@@ -194,21 +208,14 @@ def broker():
 class WorkerProcess:
     """A real `deployhub-worker run` process, with its output kept for failure reports."""
 
-    def __init__(self, hub_url, token, log_path, env=None, python=None):
+    def __init__(self, hub_url, token, log_path, env=None, python=None, mode="broker"):
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        command = [
-            str(python or sys.executable),
-            "-m",
-            "workers",
-            "run",
-            "--hub",
-            hub_url,
-            "--token",
-            token,
-            "--broker",
-            settings.CELERY_BROKER_URL,
-        ]
+        command = [str(python or sys.executable), "-m", "workers", "run", "--hub", hub_url]
+        command += ["--token", token]
+        # HTTPS mode: no broker URL anywhere in its environment, as an enrolled device.
+        command += ["--broker", settings.CELERY_BROKER_URL] if mode == "broker" else []
+        env = {**(env or {}), "CELERY_BROKER_URL": ""} if mode == "https" else env
         self.process = subprocess.Popen(
             command,
             stdout=self.log,
@@ -308,9 +315,9 @@ def start_worker(live_server, tmp_path):
     """
     started = []
 
-    def start(device, token, env=None, python=None):
+    def start(device, token, env=None, python=None, mode="broker"):
         log = tmp_path / f"worker-{device.name}.log"
-        worker = WorkerProcess(live_server.url, token, log, env, python)
+        worker = WorkerProcess(live_server.url, token, log, env, python, mode)
         started.append(worker)
         wait_until(
             lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,

@@ -30,6 +30,8 @@ class WorkerContext:
     workdir: str | None = None
     signing_public_key: str | None = None  # the hub's, to verify engines before loading them
     draining: bool = False  # the hub said: take no new jobs
+    delivery: str = "broker"  # how work reaches this worker: "broker" or "https"
+    asking: bool = False  # HTTPS mode: an ask for work is open (the hub counts it a heartbeat)
 
 
 CONTEXT = WorkerContext()

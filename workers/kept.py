@@ -55,8 +55,11 @@ class KeptConnections:
         self.context = _tls_context(ca_bundle) if self.https else None
         self._local = threading.local()
 
-    def request(self, method, path, json=None, params=None):
-        """Send one call and return its Answer; raise requests.ConnectionError or Timeout."""
+    def request(self, method, path, json=None, params=None, timeout=None):
+        """Send one call and return its Answer; raise requests.ConnectionError or Timeout.
+
+        timeout, when given, is this call's (an ask for work the hub holds open).
+        """
         target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
         headers = dict(self.headers)
         body = None
@@ -67,6 +70,9 @@ class KeptConnections:
                 raise requests.exceptions.InvalidJSONError(str(error)) from error
             headers["Content-Type"] = "application/json"
         connection = self._connection()
+        connection.timeout = timeout or self.timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(connection.timeout)
         stage = "connecting" if connection.sock is None else "sending"
         try:
             if stage == "connecting":

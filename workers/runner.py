@@ -89,6 +89,12 @@ def run_job(client, job_id, attempt, workdir_root=None, fingerprint=None, signin
     return JobRun(client, job, fingerprint, signing_public_key).run(workdir_root)
 
 
+def run_claimed_job(client, job, workdir_root=None, fingerprint=None, signing_public_key=None):
+    """Run a job the hub has already claimed for this device (HTTPS mode: POST device/work
+    answers with it); return its final state."""
+    return JobRun(client, job, fingerprint, signing_public_key).run(workdir_root)
+
+
 class JobLog:
     """Timestamped log lines of a job, remembering which ones the hub has."""
 

@@ -1,0 +1,153 @@
+"""HTTPS mode: a device asks the hub for its class's work and never touches the broker.
+
+`POST /api/v1/device/work` takes the class's oldest queued job for the device, or holds
+the ask until one is queued; a real worker started without a broker URL runs a job end
+to end through it (docs/protocol.md).
+"""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.devices.models import Delivery
+from deployhub.jobs.actions import reap_expired_jobs, submit_job
+from deployhub.jobs.models import Job, JobKind, JobState
+from tests.api_calls import call
+from tests.conftest import job_finished
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def queue(version, device_class, alice, n=1):
+    return [
+        submit_job(
+            team=version.team,
+            kind=JobKind.BENCHMARK,
+            device_class=device_class,
+            user=alice,
+            model_version=version,
+            params={"iterations": 20},
+        )
+        for _ in range(n)
+    ]
+
+
+def ask(client, token, wait=0):
+    response = call(client, token, "device/work", {"wait": wait})
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_an_idle_class_answers_no_job_and_counts_the_ask_as_a_heartbeat(client, make_device):
+    device, token = make_device()
+    answer = ask(client, token)
+    assert answer["job"] is None and answer["state"] == "online"
+    device.refresh_from_db()
+    assert device.is_online and device.delivery == Delivery.HTTPS
+
+
+def test_the_oldest_queued_job_of_the_class_is_claimed_for_the_device(
+    client, make_device, version, device_class, alice
+):
+    device, token = make_device()
+    ask(client, token)  # the device now takes work over HTTPS
+    first, second = queue(version, device_class, alice, 2)
+    answer = ask(client, token)
+    assert answer["job"]["id"] == first.pk and answer["job"]["attempt"] == 1
+    assert answer["job"]["inputs"]["model"]["url"].endswith(f"/jobs/{first.pk}/inputs/model")
+    first.refresh_from_db()
+    assert (first.state, first.device_id) == (JobState.RUNNING, device.pk)
+    assert ask(client, token)["job"]["id"] == second.pk
+    assert ask(client, token)["job"] is None
+
+
+def test_a_job_queued_while_the_device_waits_reaches_it_in_the_same_ask(
+    client, make_device, version, device_class, alice
+):
+    device, token = make_device()
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append(ask(client, token, wait=20)))
+    asking.start()
+    try:
+        # Queued once the ask is held (a device's ask counts as its heartbeat).
+        while not Job.objects.filter(device=device).exists() and asking.is_alive():
+            device.refresh_from_db()
+            if device.last_heartbeat_at:
+                [job] = queue(version, device_class, alice)
+                break
+    finally:
+        asking.join(30)
+    connection.close()
+    assert answers and answers[0]["job"] is not None, answers
+    assert answers[0]["job"]["id"] == job.pk
+
+
+def test_a_draining_device_gets_no_job(client, make_device, version, device_class, alice):
+    device, token = make_device()
+    device.draining = True
+    device.save()
+    [job] = queue(version, device_class, alice)
+    answer = ask(client, token, wait=5)
+    assert answer["job"] is None and answer["state"] == "draining"
+    assert answer["retry_after"] > 0
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+
+
+def test_another_class_s_jobs_are_never_handed_over(
+    client, make_device, version, device_class, alice, demo_team
+):
+    from deployhub.devices.models import DeviceClass
+
+    other = DeviceClass.objects.create(team=demo_team, slug=f"{device_class.slug}-b", name="B")
+    [job] = queue(version, other, alice)
+    device, token = make_device()
+    assert ask(client, token)["job"] is None
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+
+
+def test_a_class_whose_devices_all_ask_over_https_puts_nothing_on_the_broker(
+    client, make_device, version, device_class, alice, broker
+):
+    device, token = make_device()
+    ask(client, token)
+    [job] = queue(version, device_class, alice)
+    assert broker.llen(device_class.queue) == 0
+    job.refresh_from_db()
+    assert job.sent_at is not None  # the reaper does not send it again
+    reap_expired_jobs()
+    assert broker.llen(device_class.queue) == 0
+
+
+def test_a_class_with_a_broker_device_still_gets_its_messages(
+    client, make_device, version, device_class, alice, broker
+):
+    make_device()  # registered by hand: broker mode until it says otherwise
+    queue(version, device_class, alice)
+    assert broker.llen(device_class.queue) == 1
+
+
+def test_a_wait_and_a_delivery_of_the_wrong_type_are_refused(client, make_device):
+    device, token = make_device()
+    assert call(client, token, "device/work", {"wait": "soon"}).status_code == 400
+    assert call(client, token, "device/work", {"wait": 600}).status_code == 400
+    answer = call(client, token, "device/heartbeat", {"delivery": "pigeon"})
+    assert answer.status_code == 400 and "delivery" in answer.json()["error"]
+
+
+@pytest.mark.e2e
+def test_a_worker_without_a_broker_runs_a_job_over_https(
+    start_worker, make_device, version, device_class, alice
+):
+    device, token = make_device()
+    worker = start_worker(device, token, mode="https")
+    assert "over HTTPS" in worker.output()
+    [job] = queue(version, device_class, alice)
+    job = job_finished(job, worker)
+    assert job.state == JobState.SUCCEEDED, job.error + worker.output()
+    assert BenchmarkRun.objects.filter(job=job).exists()
+    device.refresh_from_db()
+    assert device.delivery == Delivery.HTTPS
