@@ -330,6 +330,9 @@ DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = [
 ]
 # Where people reach the hub, for links in email.
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")
+# The worker wheel /downloads/ serves (deployhub/worker_dist.py): built from the hub's own
+# source when unset; a hub installed as a package, with no source beside it, names its wheel.
+DEPLOYHUB_WORKER_WHEEL = env_str("DEPLOYHUB_WORKER_WHEEL")
 
 if PRODUCTION:
     # Production is served over HTTPS (DEPLOYHUB_TLS, on by default): plain HTTP is redirected,

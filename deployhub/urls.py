@@ -10,6 +10,7 @@ from deployhub.devices import views as device_views
 from deployhub.engines import views as engine_views
 from deployhub.figures import http as figure_http
 from deployhub.figures import views as figure_views
+from deployhub.jobs import metrics as job_metrics
 from deployhub.jobs import views as job_views
 from deployhub.parity import views as parity_views
 from deployhub.registry import views as registry_views
@@ -22,6 +23,7 @@ urlpatterns = [
     path("api/v1/", include("deployhub.api.urls")),
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", job_metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("team/", views.switch_team, name="switch_team"),

@@ -1,17 +1,20 @@
-"""Project-level views: health, home, team switch."""
+"""Project-level views: health, home, team switch, the worker wheel devices install."""
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import Http404, JsonResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from deployhub import worker_dist
 from deployhub.devices.models import Device
+from deployhub.downloads import file_download
 from deployhub.teams.access import as_id, teams_of
+from workers import version
 
 
 def _database_ok():
@@ -49,6 +52,40 @@ def healthz(request):
         "embedded": settings.CELERY_BROKER_URL.startswith("filesystem://"),
     }
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+@require_GET
+def worker_downloads(request):
+    """The page naming this hub's worker wheel: what to install, and pip's --find-links page.
+
+    No sign-in, as for the wheel: a device has no session.
+    """
+    try:
+        wheel = worker_dist.worker_wheel()
+    except worker_dist.WheelUnavailable as exc:
+        return HttpResponse(str(exc), status=503, content_type="text/plain; charset=utf-8")
+    context = {
+        "wheel": wheel,
+        "name": worker_dist.wheel_name(),
+        "install": worker_dist.install_command(request.build_absolute_uri("/")),
+        "version": version.worker_version(),
+        "protocols": f"{version.OLDEST_PROTOCOL}–{version.PROTOCOL}",
+    }
+    return render(request, "downloads/index.html", context)
+
+
+@require_GET
+def worker_wheel(request, filename):
+    """Serve the wheel of this hub's own code; another version's name is a 404 naming it."""
+    name = worker_dist.wheel_name()
+    if filename != name:
+        message = f"This hub serves its own worker only: {name}, at /downloads/{name}.\n"
+        return HttpResponse(message, status=404, content_type="text/plain; charset=utf-8")
+    try:
+        wheel = worker_dist.worker_wheel()
+    except worker_dist.WheelUnavailable as exc:
+        return HttpResponse(str(exc), status=503, content_type="text/plain; charset=utf-8")
+    return file_download(open(wheel.path, "rb"), name)  # FileResponse closes it
 
 
 @login_required
