@@ -13,8 +13,15 @@ from django.utils import timezone
 
 from deployhub.devices.models import DeviceClass
 from deployhub.jobs import kinds
-from deployhub.jobs.errors import JobConflict, ResultRejected, WrongDevice
-from deployhub.jobs.models import FAILURE_CATEGORIES, Job, JobKind, JobState
+from deployhub.jobs.errors import JobConflict, ResultRejected, StaleAttempt, WrongDevice
+from deployhub.jobs.models import (
+    FAILURE_CATEGORIES,
+    ClaimRefusalReason,
+    ClaimRefusals,
+    Job,
+    JobKind,
+    JobState,
+)
 from deployhub.json_input import tail
 from deployhub.teams.models import Event
 
@@ -87,7 +94,7 @@ def _check_attempt(job, device, attempt):
     if job.device_class_id != device.device_class_id:
         raise WrongDevice("This job belongs to another device class.")
     if attempt != job.attempt:
-        raise JobConflict(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
+        raise StaleAttempt(f"Attempt {attempt} is stale: the job is on attempt {job.attempt}.")
 
 
 def check_holder(job, device, attempt):
@@ -110,17 +117,31 @@ def claim_job(job_id, device, attempt):
     """
     if device.draining:
         send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
+        ClaimRefusals.count_one(ClaimRefusalReason.DRAINING)
         raise JobConflict("This device is draining: it takes no new jobs.")
-    with transaction.atomic():
-        job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
-        if job is None:
-            _refuse_claim(_locked(job_id, device), device, attempt)
-            # Nothing to refuse: queued again since the statement; ours now, under the lock.
+    try:
+        with transaction.atomic():
             job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
-        if job is None:
-            raise JobConflict("The job changed while it was claimed.")
-        _record_claim(job, device, attempt)
+            if job is None:
+                _refuse_claim(_locked(job_id, device), device, attempt)
+                # Nothing to refuse: queued again since the statement; ours now, under the lock.
+                job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
+            if job is None:
+                raise JobConflict("The job changed while it was claimed.")
+            _record_claim(job, device, attempt)
+    except (JobConflict, WrongDevice) as exc:
+        # Counted after the rollback, so the count stays: /metrics shows refusals by reason.
+        ClaimRefusals.count_one(_refusal_reason(exc))
+        raise
     return job
+
+
+def _refusal_reason(refusal):
+    if isinstance(refusal, StaleAttempt):
+        return ClaimRefusalReason.STALE_ATTEMPT
+    if isinstance(refusal, WrongDevice):
+        return ClaimRefusalReason.WRONG_CLASS
+    return ClaimRefusalReason.NOT_QUEUED
 
 
 def claim_for_token(job_id, token, address, attempt):

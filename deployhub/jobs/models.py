@@ -318,6 +318,47 @@ def _claim_statement():
     return _ClaimStatement()
 
 
+class ClaimRefusalReason(ChoiceSet):
+    """Why a device's claim of a job was refused (jobs/actions.py claim_job)."""
+
+    STALE_ATTEMPT = "stale_attempt"
+    WRONG_CLASS = "wrong_class"
+    DRAINING = "draining"
+    NOT_QUEUED = "not_queued"
+    CHOICES = (
+        (STALE_ATTEMPT, "Stale attempt", "orange"),
+        (WRONG_CLASS, "Device of another class", "red"),
+        (DRAINING, "Device draining", "orange"),
+        (NOT_QUEUED, "Job no longer queued (already running or ended)", "grey"),
+    )
+
+
+class ClaimRefusals(models.Model):
+    """How many claims were refused for a reason, in every hub process (/metrics reads it).
+
+    One row per reason, counted in the database because gunicorn runs several processes
+    and a claim goes to any of them; only a refusal writes here, never a granted claim.
+    """
+
+    reason = models.CharField(max_length=20, unique=True, choices=ClaimRefusalReason.choices())
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["reason"]
+        verbose_name_plural = "claim refusals"
+
+    def __str__(self):
+        return f"{self.reason}: {self.count}"
+
+    @classmethod
+    def count_one(cls, reason):
+        """Add one refusal for the reason: one UPDATE, or a new row the first time."""
+        if not cls.objects.filter(reason=reason).update(count=models.F("count") + 1):
+            row, created = cls.objects.get_or_create(reason=reason, defaults={"count": 1})
+            if not created:
+                cls.objects.filter(pk=row.pk).update(count=models.F("count") + 1)
+
+
 class Artifact(models.Model):
     """A file a job produced, stored under a server-generated name."""
 
