@@ -33,8 +33,9 @@ LISTEN_TIMEOUT_S = 1.0  # how often the listener looks up from its connection (t
 CHECK_EVERY_S = 30.0  # how often it makes sure its connection is alive
 IDLE_EXIT_S = 120.0  # a listener with nobody waiting this long ends (and its connection)
 RECONNECT_PAUSE_S = (0.5, 10.0)  # the listener's backoff after losing its connection
-# The threads of a server process kept for other calls when its asks for work are counted
-# from its thread count (gunicorn_worker.HubWorker says it: DEPLOYHUB_SERVER_THREADS).
+# The threads of a server process kept for other calls (heartbeats, completions, pages)
+# when its asks for work are counted from its thread count (gunicorn_worker.HubWorker says
+# it: DEPLOYHUB_SERVER_THREADS): up to this many, and at least half of them.
 RESERVED_THREADS = 4
 UNBOUNDED_WAITERS = 10_000
 
@@ -133,7 +134,8 @@ def max_waiters():
         return settings.DEPLOYHUB_POLL_MAX_WAITERS
     threads = os.environ.get("DEPLOYHUB_SERVER_THREADS", "")
     if threads.isdigit():
-        return max(1, int(threads) - RESERVED_THREADS)
+        threads = int(threads)
+        return max(1, threads - min(RESERVED_THREADS, (threads + 1) // 2))
     return UNBOUNDED_WAITERS  # a server without a fixed thread count (runserver, tests)
 
 
