@@ -15,7 +15,7 @@ from django.http import Http404, JsonResponse, RawPostDataException
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from deployhub import json_input
+from deployhub import json_input, worker_dist
 from deployhub.devices.models import TOKEN_PREFIX as DEVICE_TOKEN_PREFIX
 from deployhub.devices.models import Device
 from deployhub.jobs.errors import JobConflict, WrongDevice
@@ -25,6 +25,7 @@ from deployhub.registry.golden import GoldenError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
 from deployhub.teams import throttle
 from deployhub.teams.models import ApiToken, TokenScope
+from workers.version import parse_user_agent
 
 PIPELINE_REFUSAL = (
     "A pipeline token may upload, build, benchmark, read and request a release; "
@@ -189,6 +190,8 @@ def plain_device_call(request):
     token = bearer(request)
     if not token.startswith(DEVICE_TOKEN_PREFIX) or request.content_type != "application/json":
         return None
+    if _protocol_refused(request):  # device_required answers it 426
+        return None
     try:
         if int(request.META.get("CONTENT_LENGTH") or 0) > PLAIN_CALL_BYTES:
             return None
@@ -296,6 +299,8 @@ def device_required(view):
                 ApiToken.objects,
                 PERSON_TOKEN_AT_DEVICE_CALL,
             )
+        if refused := _worker_refusal(request, device):
+            return refused
         # A device's own token on a device call is served even from a locked-out address: its
         # heartbeats keep its lease and its completion is never lost to someone else's
         # made-up tokens (a 256-bit token is not found by guessing, so the lockout keeps
@@ -313,6 +318,27 @@ def device_required(view):
             return error(404, "No such job.")
 
     return wrapper
+
+
+def _worker_refusal(request, device):
+    """Keep what the device's worker says of itself; answer 426, with the line that installs
+    the hub's own worker, when this hub does not speak its protocol (docs/protocol.md).
+
+    A caller that does not say it is a deployhub worker (curl, a script) is served as it is.
+    """
+    version, protocol = parse_user_agent(request.headers.get("User-Agent"))
+    if version is None and protocol is None:
+        return None
+    device.record_worker(version, protocol)
+    if protocol is not None and not worker_dist.speaks(protocol):
+        return error(426, worker_dist.refusal(protocol, request.build_absolute_uri("/")))
+    return None
+
+
+def _protocol_refused(request):
+    """True when the caller is a deployhub worker speaking a protocol this hub does not."""
+    _, protocol = parse_user_agent(request.headers.get("User-Agent"))
+    return protocol is not None and not worker_dist.speaks(protocol)
 
 
 def for_pipelines(view):

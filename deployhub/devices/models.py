@@ -10,7 +10,7 @@ from django.db import connection, models
 from django.urls import reverse
 from django.utils import timezone
 
-from deployhub import accuracy
+from deployhub import accuracy, worker_dist
 from deployhub.choices import ChoiceSet
 from deployhub.handwritten import Columns, split
 from deployhub.teams.models import TokenFailures
@@ -262,6 +262,24 @@ class Device(models.Model):
     @property
     def state_label(self):
         return DeviceState.label(self.state)
+
+    @property
+    def refused_protocol(self):
+        """True when the worker last spoke a protocol this hub refuses (HTTP 426)."""
+        return self.protocol_version is not None and not worker_dist.speaks(self.protocol_version)
+
+    @property
+    def older_worker(self):
+        """True when the device's worker is an older release than the hub's."""
+        return worker_dist.older_than_hub(self.worker_version)
+
+    def record_worker(self, version, protocol):
+        """Keep what the worker says of itself (its User-Agent); one UPDATE when it changed."""
+        version = (version or "")[: self._meta.get_field("worker_version").max_length]
+        protocol = protocol if protocol is not None and protocol < 2**31 else None
+        if (self.worker_version, self.protocol_version) != (version, protocol):
+            self.worker_version, self.protocol_version = version, protocol
+            self.save(update_fields=["worker_version", "protocol_version"])
 
     def record_heartbeat(self, fingerprint=None):
         """Mark the device alive now; a beat within the last second changes nothing."""

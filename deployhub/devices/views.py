@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub import accuracy
+from deployhub import accuracy, worker_dist
 from deployhub.devices.access import get_device_class_for_user, get_device_for_user
 from deployhub.devices.actions import set_draining
 from deployhub.devices.forms import (
@@ -23,6 +23,7 @@ from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
 from workers.fingerprint import shape_problem
 from workers.tasks import TASKS
+from workers.version import worker_version
 
 
 @login_required
@@ -39,9 +40,8 @@ def device_classes(request):
             return redirect(device_class)
     classes = team.device_classes.prefetch_related("devices") if team else []
     status = 400 if form.errors else 200
-    return render(
-        request, "devices/classes.html", {"classes": classes, "form": form}, status=status
-    )
+    context = {"classes": classes, "form": form, "hub_version": worker_version()}
+    return render(request, "devices/classes.html", context, status=status)
 
 
 @login_required
@@ -174,6 +174,8 @@ def device_detail(request, pk):
         "fingerprint_problem": problem,
         "changes": device.fingerprint_changes.all()[:50],
         "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
+        "hub_version": worker_version(),
+        "install_worker": worker_dist.install_command(request.build_absolute_uri("/")),
         **device_sections.context(device),
     }
     return render(request, "devices/device_detail.html", context)
