@@ -79,13 +79,16 @@ def test_a_cancelled_job_stops_on_the_worker(
     assert final(follow_up.pk, 60, worker).state == JobState.SUCCEEDED  # the worker lives on
 
 
+@pytest.mark.parametrize("mode", ["broker", "https"])
 def test_a_job_survives_its_worker_being_killed(
-    version, device_class, make_device, start_worker, alice, settings
+    version, device_class, make_device, start_worker, alice, settings, mode
 ):
+    """A device that vanishes mid-job: its lease runs out and the job runs once more, on
+    another device, whichever way the devices take their work."""
     settings.DEPLOYHUB_JOB_LEASE_SECONDS = 2
     device_a, token_a = make_device("doomed")
     device_b, token_b = make_device("rescuer")
-    worker_a = start_worker(device_a, token_a)
+    worker_a = start_worker(device_a, token_a, mode=mode)
     job = submit(version, device_class, alice, warmup_iterations=0, iterations=60_000)
     wait_until(
         lambda: Job.objects.get(pk=job.pk).progress > 0,
@@ -98,7 +101,7 @@ def test_a_job_survives_its_worker_being_killed(
     wait_until(lambda: reap_expired_jobs(), 15, "the lease to expire and the reaper to act")
     requeued = Job.objects.get(pk=job.pk)
     assert requeued.state == JobState.QUEUED and requeued.attempt == 2
-    worker_b = start_worker(device_b, token_b)
+    worker_b = start_worker(device_b, token_b, mode=mode)
     job = final(job.pk, 90, worker_b)
     assert job.state == JobState.SUCCEEDED, job.log + job.error
     assert job.attempt == 2 and job.device == device_b
