@@ -282,7 +282,10 @@ class Device(models.Model):
             self.save(update_fields=["worker_version", "protocol_version"])
 
     def record_heartbeat(self, fingerprint=None):
-        """Mark the device alive now; a beat within the last second changes nothing."""
+        """Mark the device alive now; a beat within the last second changes nothing.
+
+        A device reported silent is back: its team is told (devices/silence.py).
+        """
         now = timezone.now()
         recent = self.last_heartbeat_at and (now - self.last_heartbeat_at).total_seconds() < 1
         if recent and not fingerprint:
@@ -293,6 +296,10 @@ class Device(models.Model):
             self.fingerprint = fingerprint
             fields.append("fingerprint")
         self.save(update_fields=fields)
+        if self.silence_reported_at is not None:
+            from deployhub.devices.silence import report_back  # it imports these models
+
+            report_back(self)
 
 
 class EnrolmentTokenQuerySet(models.QuerySet):
