@@ -151,3 +151,24 @@ def test_a_worker_without_a_broker_runs_a_job_over_https(
     assert BenchmarkRun.objects.filter(job=job).exists()
     device.refresh_from_db()
     assert device.delivery == Delivery.HTTPS
+
+
+def test_a_process_holding_all_the_asks_it_may_answers_at_once_with_a_jittered_retry(
+    client, make_device, settings
+):
+    from deployhub.jobs.waiting import WAITERS
+
+    settings.DEPLOYHUB_POLL_MAX_WAITERS = 1
+    first, first_token = make_device()
+    second, second_token = make_device()
+    holding = threading.Thread(target=lambda: ask(client, first_token, wait=3))
+    holding.start()
+    try:
+        while WAITERS.count < 1 and holding.is_alive():
+            threading.Event().wait(0.01)
+        answer = ask(client, second_token, wait=20)
+    finally:
+        holding.join(10)
+    connection.close()
+    assert answer["job"] is None
+    assert 1 <= answer["retry_after"] <= 5
