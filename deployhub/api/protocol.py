@@ -1,7 +1,11 @@
 """API v1 for devices: the job protocol (docs/protocol.md)."""
 
+import random
+import time
+
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.csrf import csrf_exempt
@@ -19,11 +23,12 @@ from deployhub.api.auth import (
     plain_device_call,
     text,
 )
+from deployhub.devices.models import Delivery
 from deployhub.downloads import file_download
 from deployhub.engines import signing
 from deployhub.engines.actions import compatibility, record_fingerprint, serving_refusal
 from deployhub.engines.models import Engine
-from deployhub.jobs import actions, kinds
+from deployhub.jobs import actions, kinds, waiting
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
 from deployhub.json_input import size_problem
@@ -139,13 +144,73 @@ def reported_fingerprint(data):
 @require_POST
 @device_required
 def device_heartbeat(request, device):
-    fingerprint = reported_fingerprint(json_body(request, scrub=True))
+    body = json_body(request, scrub=True)
+    fingerprint = reported_fingerprint(body)
+    delivery = text(body, "delivery")
+    if delivery is not None and delivery not in Delivery.VALUES:
+        raise BadInput(f"delivery must be one of: {', '.join(Delivery.VALUES)}.")
     if fingerprint is not None:
         record_fingerprint(device, fingerprint)
+    if delivery is not None and delivery != device.delivery:
+        _record_delivery(device, delivery)
     device.record_heartbeat()
     return JsonResponse(
         {"state": device.state, "heartbeat_interval": settings.DEPLOYHUB_HEARTBEAT_INTERVAL}
     )
+
+
+def _record_delivery(device, delivery):
+    """Keep how the device now takes work; a class that gains a broker consumer gets its
+    queued jobs on the broker again from the reaper (jobs/actions.py _resend_lost)."""
+    device.delivery = delivery
+    device.save(update_fields=["delivery"])
+
+
+@require_POST
+@device_required
+def device_work(request, device):
+    """HTTPS mode: take the device's class's oldest queued job for it, waiting up to `wait`
+    seconds (at most DEPLOYHUB_POLL_SECONDS) for one. Asking counts as a heartbeat."""
+    body = json_body(request, scrub=True)
+    wait = number(body, "wait", 0.0, low=0, high=60)
+    wait = min(wait, settings.DEPLOYHUB_POLL_SECONDS)
+    device.record_heartbeat()
+    if device.delivery != Delivery.HTTPS:
+        _record_delivery(device, Delivery.HTTPS)
+    job, retry_after = _next_job(device, wait)
+    return JsonResponse(
+        {
+            "job": None if job is None else _job_json(job, device),
+            "state": device.state,
+            "heartbeat_interval": settings.DEPLOYHUB_HEARTBEAT_INTERVAL,
+            "retry_after": retry_after,
+        }
+    )
+
+
+def _next_job(device, wait):
+    """Return (the job taken for the device or None, seconds before it should ask again)."""
+    if device.draining:
+        return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
+    waiters = waiting.WAITERS
+    if wait and waiters.count >= waiting.max_waiters():
+        # Every thread this process may hold is holding an ask: answer now, and spread
+        # the askers' return over a few seconds so the other calls keep being served.
+        job = actions.take_next_job(device)
+        return job, 0 if job is not None else round(random.uniform(1, 5), 1)
+    deadline = time.monotonic() + wait
+    with waiters.registered(device.device_class_id) as condition:
+        while True:
+            job = actions.take_next_job(device)
+            remaining = deadline - time.monotonic()
+            if job is not None or remaining <= 0:
+                return job, 0
+            # A thousand held asks must not hold a thousand database connections: this
+            # one is opened again when there is news.
+            if not connection.in_atomic_block:
+                connection.close()
+            if not waiters.wait(device.device_class_id, condition, remaining):
+                return None, 0
 
 
 @require_POST
