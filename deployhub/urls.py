@@ -83,6 +83,17 @@ urlpatterns = [
     path("devices/classes/<int:pk>/edit", device_views.device_class_edit, name="device_class_edit"),
     path("devices/<int:pk>/", device_views.device_detail, name="device_detail"),
     path("devices/<int:pk>/drain", device_views.device_drain, name="device_drain"),
+    path("devices/<int:pk>/revoke", device_views.device_revoke, name="device_revoke"),
+    path(
+        "devices/classes/<int:pk>/enrolment-tokens",
+        device_views.enrolment_token_create,
+        name="enrolment_token_create",
+    ),
+    path(
+        "devices/enrolment-tokens/<int:pk>/revoke",
+        device_views.enrolment_token_revoke,
+        name="enrolment_token_revoke",
+    ),
     path("versions/<int:pk>/compile", engine_views.version_compile, name="version_compile"),
     path("versions/<int:pk>/auto", engine_views.version_auto, name="version_auto"),
     path("auto/<int:pk>/", engine_views.auto_run_detail, name="auto_run_detail"),

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from deployhub import json_input, worker_dist
+from deployhub.devices.enrolment import revoked_refusal
 from deployhub.devices.models import TOKEN_PREFIX as DEVICE_TOKEN_PREFIX
 from deployhub.devices.models import Device
 from deployhub.jobs.errors import JobConflict, WrongDevice
@@ -202,7 +203,7 @@ def plain_device_call(request):
     return token, throttle.client_address(request), body
 
 
-def _locked_out(seconds):
+def locked_out(seconds):
     """The 429 for an address locked out for made-up tokens, for `seconds` more."""
     response = error(
         429,
@@ -225,10 +226,10 @@ def _refuse_token(request, message, other_kind, wrong_call):
     token = bearer(request)
     if token and other_kind.holds(token):
         if seconds := throttle.token_lockout_seconds(request):
-            return _locked_out(seconds)
+            return locked_out(seconds)
         return error(403, wrong_call)
     if token and (seconds := throttle.count_token_failure(request)):
-        return _locked_out(seconds)
+        return locked_out(seconds)
     return error(401, message)
 
 
@@ -260,7 +261,7 @@ def token_required(view):
                 DEVICE_TOKEN_AT_PERSON_CALL,
             )
         if seconds := throttle.seconds_until(record.lockout):  # the guesser learns nothing
-            return _locked_out(seconds)
+            return locked_out(seconds)
         if record.scope == TokenScope.PIPELINE and not getattr(view, "pipelines_may_call", False):
             return error(403, PIPELINE_REFUSAL)
         ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
@@ -299,6 +300,8 @@ def device_required(view):
                 ApiToken.objects,
                 PERSON_TOKEN_AT_DEVICE_CALL,
             )
+        if device.revoked_at is not None:  # a known token, not a guess: never counted
+            return error(401, revoked_refusal(device))
         if refused := _worker_refusal(request, device):
             return refused
         # A device's own token on a device call is served even from a locked-out address: its

@@ -14,7 +14,7 @@ from deployhub.api.auth import (
     token_required,
 )
 from deployhub.devices.access import get_device_for_user
-from deployhub.devices.actions import set_draining
+from deployhub.devices.actions import revoke_device, set_draining
 from deployhub.engines.access import get_engine_for_user
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.gates import release_gates
@@ -36,6 +36,7 @@ def device_json(device, changes=False):
         if device.last_heartbeat_at
         else None,
         "fingerprint": device.fingerprint,
+        "revoked_at": device.revoked_at.isoformat() if device.revoked_at else None,
     }
     if changes:
         body["changes"] = [
@@ -88,6 +89,15 @@ def device_drain(request, pk):
     """Body {"draining": true|false}: stop or resume giving the device new jobs."""
     device = get_device_for_user(request, pk)
     set_draining(device, flag(json_body(request), "draining", True), request.user)
+    return JsonResponse(device_json(device))
+
+
+@require_http_methods(["POST"])
+@token_required
+def device_revoke(request, pk):
+    """Revoke the device: its token stops working and its running job goes back on the queue."""
+    device = get_device_for_user(request, pk)
+    revoke_device(device, request.user)
     return JsonResponse(device_json(device))
 
 

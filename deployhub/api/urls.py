@@ -2,6 +2,7 @@ from django.urls import path
 
 from deployhub.api import (
     catalog,
+    enrolment,
     figures,
     fleet,
     parity,
@@ -25,6 +26,18 @@ urlpatterns = [
     path("engines/<int:pk>/rebuild", fleet.engine_rebuild, name="api_engine_rebuild"),
     path("devices/<int:pk>", fleet.device_detail, name="api_device"),
     path("devices/<int:pk>/drain", fleet.device_drain, name="api_device_drain"),
+    path("devices/<int:pk>/revoke", fleet.device_revoke, name="api_device_revoke"),
+    path("enrol", enrolment.enrol_device, name="api_enrol"),
+    path(
+        "device-classes/<slug:slug>/enrolment-tokens",
+        enrolment.class_enrolment_tokens,
+        name="api_class_enrolment_tokens",
+    ),
+    path(
+        "enrolment-tokens/<int:pk>/revoke",
+        enrolment.enrolment_token_revoke,
+        name="api_enrolment_token_revoke",
+    ),
     path("versions/<int:pk>/engines", fleet.version_engines, name="api_version_engines"),
     path("models", catalog.models, name="api_models"),
     path("models/<int:pk>", catalog.model_detail, name="api_model"),

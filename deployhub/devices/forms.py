@@ -95,6 +95,18 @@ class DeviceForm(forms.Form):
     name = forms.SlugField(max_length=100, help_text="e.g. jetson-orin-01")
 
 
+class EnrolmentTokenForm(forms.Form):
+    """A new enrolment token: how long it lasts, how many devices it enrols, what it is for."""
+
+    expires_in_days = forms.IntegerField(
+        min_value=1, max_value=3650, required=False, help_text="Blank: it never expires."
+    )
+    max_devices = forms.IntegerField(
+        min_value=1, max_value=1_000_000, required=False, help_text="Blank: no limit."
+    )
+    note = forms.CharField(max_length=200, required=False, help_text="e.g. the Berlin rack")
+
+
 class BudgetForm(forms.Form):
     """The budget calculator, both ways: a target frame rate or a budget per frame (ms)."""
 

@@ -348,14 +348,18 @@ class EnrolmentToken(models.Model):
         self.token_hint = token[: len(ENROLMENT_PREFIX) + 4]
         return token
 
-    def refusal(self, now=None):
-        """Say why this token enrols no more devices, or return "" when it may."""
+    def refusal(self, now=None, new_device=True):
+        """Say why this token enrols no more devices, or return "" when it may.
+
+        A machine enrolled again (new_device=False) takes no use: a used-up token still
+        enrols it again, a revoked or expired one does not.
+        """
         now = now or timezone.now()
         if self.revoked_at is not None:
             return f"This enrolment token was revoked at {self.revoked_at:%Y-%m-%d %H:%M} UTC."
         if self.expires_at is not None and self.expires_at <= now:
             return f"This enrolment token expired at {self.expires_at:%Y-%m-%d %H:%M} UTC."
-        if self.max_devices is not None and self.uses >= self.max_devices:
+        if new_device and self.max_devices is not None and self.uses >= self.max_devices:
             return f"This enrolment token has enrolled its {self.max_devices} device(s)."
         return ""
 

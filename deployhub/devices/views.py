@@ -7,14 +7,25 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from deployhub import accuracy, worker_dist
-from deployhub.devices.access import get_device_class_for_user, get_device_for_user
-from deployhub.devices.actions import set_draining
+from deployhub.devices.access import (
+    get_device_class_for_user,
+    get_device_for_user,
+    get_enrolment_token_for_user,
+)
+from deployhub.devices.actions import (
+    create_enrolment_token,
+    revoke_device,
+    revoke_enrolment_token,
+    set_draining,
+)
+from deployhub.devices.enrolment import hub_url, setup_lines, token_state
 from deployhub.devices.forms import (
     BudgetForm,
     CompareForm,
     DeviceClassEditForm,
     DeviceClassForm,
     DeviceForm,
+    EnrolmentTokenForm,
     ThroughputTargetForm,
 )
 from deployhub.devices.models import Device
@@ -72,7 +83,23 @@ def _class_context(request, device_class, **extra):
         "edit_form": DeviceClassEditForm(instance=device_class),
         **_budget_calculator(request, device_class),
         "compare_form": _compare_form(request),
+        **_enrolment_context(request, device_class, extra.pop("new_enrolment", None)),
         **extra,
+    }
+
+
+def _enrolment_context(request, device_class, new_enrolment):
+    """The class's enrolment tokens and the lines that set up a device: with a new token's
+    secret right after it was made (shown once), else with a placeholder."""
+    secret = new_enrolment["token"] if new_enrolment else None
+    tokens = list(device_class.enrolment_tokens.select_related("created_by"))
+    for record in tokens:
+        record.state, record.refusal_text = token_state(record), record.refusal()
+    return {
+        "enrolment_tokens": tokens,
+        "enrolment_form": EnrolmentTokenForm(),
+        "new_enrolment": new_enrolment,
+        "setup_lines": setup_lines(hub_url(request), secret),
     }
 
 
@@ -151,6 +178,42 @@ def _register_device(request, device_class, form):
         form.add_error("name", f"{device_class} already has a device named {device.name!r}.")
         return None
     return {"device": device, "token": token}
+
+
+@login_required
+@require_POST
+def enrolment_token_create(request, pk):
+    """Make an enrolment token for the class and show its secret, once, on the class page."""
+    device_class = get_device_class_for_user(request, pk)
+    require_role(request.user, device_class.team, Role.ADMIN)
+    form = EnrolmentTokenForm(request.POST)
+    if not form.is_valid():
+        context = _class_context(request, device_class, form=DeviceForm(), enrolment_form=form)
+        return render(request, "devices/class_detail.html", context, status=400)
+    record, secret = create_enrolment_token(device_class, request.user, **form.cleaned_data)
+    new_enrolment = {"record": record, "token": secret}
+    context = _class_context(request, device_class, form=DeviceForm(), new_enrolment=new_enrolment)
+    return render(request, "devices/class_detail.html", context)
+
+
+@login_required
+@require_POST
+def enrolment_token_revoke(request, pk):
+    """Stop an enrolment token enrolling devices; the devices it enrolled keep working."""
+    record = get_enrolment_token_for_user(request, pk)
+    revoke_enrolment_token(record, request.user)
+    messages.success(request, f"Enrolment token {record.token_hint}… revoked.")
+    return redirect(record.device_class)
+
+
+@login_required
+@require_POST
+def device_revoke(request, pk):
+    """Revoke the device: its token stops working, its running job goes back on the queue."""
+    device = get_device_for_user(request, pk)
+    revoke_device(device, request.user)
+    messages.success(request, f"{device} is revoked: enrol it again to bring it back.")
+    return redirect("device_detail", device.pk)
 
 
 @login_required

@@ -319,16 +319,7 @@ def _reap(job, now):
     if job.cancel_requested:
         _finish(job, JobState.CANCELLED, error="cancelled; the worker stopped answering")
     elif job.attempt < job.max_attempts:
-        lost_on = job.device
-        job.state = JobState.QUEUED
-        job.attempt += 1
-        job.device = None
-        job.lease_expires_at = None
-        job.sent_at = None
-        job.message = f"re-queued: lease expired on {lost_on}"
-        job.append_log(f"lease expired on device {lost_on}; re-queued as attempt {job.attempt}")
-        job.save()
-        _enqueue(job)
+        _requeue(job, f"lease expired on device {job.device}")
     else:
         _finish(job, JobState.FAILED, error=f"worker lost after {job.attempt} attempts")
     Event.record(
@@ -340,6 +331,46 @@ def _reap(job, now):
         before=before,
         after=job.state,
     )
+
+
+def _requeue(job, why):
+    """Put a running job back on its queue as its next attempt: its device will not finish it."""
+    job.state = JobState.QUEUED
+    job.attempt += 1
+    job.device = None
+    job.lease_expires_at = None
+    job.sent_at = None
+    job.message = f"re-queued: {why}"[: Job._meta.get_field("message").max_length]
+    job.append_log(f"{why}; re-queued as attempt {job.attempt}")
+    job.save()
+    _enqueue(job)
+
+
+def take_back_from_revoked(device, user=None):
+    """Put the job a revoked device was running back on the queue at once, rather than when
+    its lease expires (or end it as the reaper would: a cancel was asked for, or it has
+    no attempt left). Return the jobs taken back."""
+    running = Job.objects.filter(device=device, state=JobState.RUNNING)
+    taken = []
+    for job_id in running.values_list("pk", flat=True):
+        with transaction.atomic():
+            job = _locked(job_id)
+            if job.state == JobState.RUNNING and job.device_id == device.pk:
+                _take_back(job, f"device {device} was revoked", user)
+                taken.append(job)
+    return taken
+
+
+def _take_back(job, why, user):
+    before = job.state
+    if job.cancel_requested:
+        _finish(job, JobState.CANCELLED, error=f"cancelled; {why}")
+    elif job.attempt < job.max_attempts:
+        _requeue(job, why)
+    else:
+        _finish(job, JobState.FAILED, error=f"{why} during attempt {job.attempt}, its last")
+    verb = f"job.device_revoked.{job.state}"
+    Event.record(job.team, user, verb, job, attempt=job.attempt, before=before, after=job.state)
 
 
 def reap_expired_jobs(now=None):

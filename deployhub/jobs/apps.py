@@ -6,7 +6,8 @@ class JobsConfig(AppConfig):
 
     def ready(self):
         """A no-op job checks the pipeline alone: it gets its version's model, stores nothing.
-        The version page ends with the version's jobs."""
+        The version page ends with the version's jobs. A revoked device's job is re-queued."""
+        from deployhub.devices.signals import device_revoked
         from deployhub.jobs import kinds, pages
         from deployhub.jobs.models import JobKind
         from deployhub.registry import pages as version_page
@@ -18,3 +19,11 @@ class JobsConfig(AppConfig):
             template="jobs/_version_section.html",
             read_first=True,
         )
+        device_revoked.connect(_take_back_jobs, dispatch_uid="jobs.device_revoked")
+
+
+def _take_back_jobs(sender, device, user=None, **kwargs):
+    """A revoked device finishes nothing: its running job goes back on the queue at once."""
+    from deployhub.jobs.actions import take_back_from_revoked
+
+    take_back_from_revoked(device, user)

@@ -84,10 +84,10 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):
         """Take the job for the device holding the token, in one statement that authenticates
         it too, when the claim is sure to be granted; return (the job, the device), or None.
 
-        Sure to be granted: the device is not draining, the caller's address is not locked
-        out, and the job can be claimed as take() says. Only PostgreSQL returns the joined
-        rows' columns: elsewhere this is always None, and the caller authenticates the
-        device first, then calls take(), whose refusal says why. There it runs as a prepared
+        Sure to be granted: the device is neither draining nor revoked, the caller's address
+        is not locked out, and the job can be claimed as take() says. Only PostgreSQL returns
+        the joined rows' columns: elsewhere this is always None, and the caller authenticates
+        the device first, then calls take(), whose refusal says why. There it runs as a prepared
         statement (deployhub/handwritten.py): PostgreSQL took longer to plan it than to run it.
         """
         if connection.vendor != "postgresql" or not token.startswith(TOKEN_PREFIX):
@@ -294,7 +294,7 @@ class _ClaimStatement:
         else:
             device, name, source = "d.id", "d.name", f"FROM {self.devices.tables(connection)}"
             holder = (
-                f"d.token_hash = %(token_hash)s AND NOT d.draining "
+                f"d.token_hash = %(token_hash)s AND NOT d.draining AND d.revoked_at IS NULL "
                 f"AND {self.devices.lockout_sql(connection)} IS NULL "
                 f"AND {job}.team_id = c.team_id AND {job}.device_class_id = d.device_class_id"
             )
