@@ -11,9 +11,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from deployhub import worker_dist
 from deployhub.devices.models import Delivery, Device, EnrolmentToken, hash_token
 from deployhub.teams.models import Event
-from workers.version import parse_user_agent, worker_version
+from workers.version import parse_user_agent
 
 # What the class page shows in place of an enrolment token it no longer knows.
 TOKEN_PLACEHOLDER = "<enrolment token>"
@@ -144,16 +145,10 @@ def _is_loopback(host):
         return False
 
 
-def wheel_url(base):
-    """Where the hub at `base` serves the deployhub wheel of its own version, which installs
-    a worker that speaks its protocol."""
-    return f"{base.rstrip('/')}/downloads/deployhub-{worker_version()}-py3-none-any.whl"
-
-
 def setup_lines(base, token=None):
     """The commands that install, enrol and run a worker against the hub at `base`."""
     return [
-        f'pip install "deployhub[worker] @ {wheel_url(base)}"',
+        worker_dist.install_command(base),
         f"deployhub-worker enroll --hub {base} --token {token or TOKEN_PLACEHOLDER}",
         "deployhub-worker run",
     ]
