@@ -29,7 +29,7 @@ from deployhub.devices.forms import (
     ThroughputTargetForm,
 )
 from deployhub.devices.models import Device
-from deployhub.devices.pages import class_sections, device_sections
+from deployhub.devices.pages import class_sections, device_sections, fleet_sections
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Event, Role
 from workers.fingerprint import shape_problem
@@ -52,6 +52,7 @@ def device_classes(request):
     classes = team.device_classes.prefetch_related("devices") if team else []
     status = 400 if form.errors else 200
     context = {"classes": classes, "form": form, "hub_version": worker_version()}
+    context.update(fleet_sections.context(team))  # each class's waiting work (jobs)
     return render(request, "devices/classes.html", context, status=status)
 
 

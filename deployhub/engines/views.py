@@ -22,6 +22,8 @@ from deployhub.engines.gates import release_gates
 from deployhub.engines.pages import engine_context
 from deployhub.evaluation.actions import EvaluationRefused, request_evaluation
 from deployhub.gates import gates_open
+from deployhub.jobs.backlog import no_device_notice
+from deployhub.jobs.models import JobState
 from deployhub.registry.access import get_version_for_user
 from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role
@@ -171,4 +173,14 @@ def auto_run_detail(request, pk):
         run.builds.select_related("engine", "compile_job", "benchmark_job", "evaluate_job")
     )
     flag_int8_slowdowns([b.benchmark for b in builds if b.benchmark])
-    return render(request, "engines/auto_run.html", {"run": run, "builds": builds})
+    context = {"run": run, "builds": builds, "waiting_notice": _waiting_notice(run, builds)}
+    return render(request, "engines/auto_run.html", context)
+
+
+def _waiting_notice(run, builds):
+    """Say that no device of the run's class is online while one of its jobs waits, or ""."""
+    jobs = [run.convert_job, run.compare_job]
+    jobs += [job for b in builds for job in (b.compile_job, b.benchmark_job, b.evaluate_job)]
+    if any(job is not None and job.state == JobState.QUEUED for job in jobs):
+        return no_device_notice(run.device_class)
+    return ""

@@ -6,9 +6,11 @@ class JobsConfig(AppConfig):
 
     def ready(self):
         """A no-op job checks the pipeline alone: it gets its version's model, stores nothing.
-        The version page ends with the version's jobs. A revoked device's job is re-queued."""
+        The version page ends with the version's jobs; the fleet page shows each class's
+        waiting work. A revoked device's job is re-queued."""
+        from deployhub.devices.pages import fleet_sections
         from deployhub.devices.signals import device_revoked
-        from deployhub.jobs import kinds, pages
+        from deployhub.jobs import backlog, kinds, pages
         from deployhub.jobs.models import JobKind
         from deployhub.registry import pages as version_page
 
@@ -19,6 +21,7 @@ class JobsConfig(AppConfig):
             template="jobs/_version_section.html",
             read_first=True,
         )
+        fleet_sections.contribute("jobs/_fleet_queues.html", backlog.fleet_part)
         device_revoked.connect(_take_back_jobs, dispatch_uid="jobs.device_revoked")
 
 

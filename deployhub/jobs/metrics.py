@@ -13,7 +13,7 @@ import ipaddress
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Case, CharField, Count, DurationField, F, Min, Q, Sum, Value, When
+from django.db.models import Case, CharField, Count, DurationField, F, Q, Sum, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, NullIf
 from django.http import HttpResponse, JsonResponse
@@ -27,6 +27,7 @@ from prometheus_client.core import (
 )
 
 from deployhub.devices.models import Device, DeviceClass
+from deployhub.jobs.backlog import queue_figures
 from deployhub.jobs.models import ClaimRefusals, Job, JobState
 from deployhub.teams.throttle import client_address
 
@@ -35,18 +36,6 @@ DURATION_WINDOW = timedelta(hours=24)
 # Upper bounds, in seconds, of the duration histogram's buckets: a no-op to a long build.
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 NONE = "none"  # a label with no value: a job with no backend, a failure not classified
-
-
-def queue_figures(device_classes=None):
-    """Return {class id: (queued jobs, the oldest one's created_at)} for classes with a backlog.
-
-    One query (an index holds only queued jobs, by class); device_classes narrows it.
-    """
-    queued = Job.objects.filter(state=JobState.QUEUED)
-    if device_classes is not None:
-        queued = queued.filter(device_class__in=device_classes)
-    rows = queued.values("device_class").annotate(waiting=Count("pk"), oldest=Min("created_at"))
-    return {row["device_class"]: (row["waiting"], row["oldest"]) for row in rows.order_by()}
 
 
 class FleetCollector:

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from deployhub.jobs import pages
 from deployhub.jobs.access import get_job_for_user
 from deployhub.jobs.actions import JobConflict, cancel_job
+from deployhub.jobs.backlog import no_device_notice
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.teams.access import current_team, require_role
 from deployhub.teams.models import Role
@@ -35,7 +36,7 @@ def job_detail(request, pk):
 
 def job_status_dict(job):
     """Return what the live views show of a job."""
-    waiting = job.state == JobState.QUEUED and not job.device_class.online_devices().exists()
+    waiting = no_device_notice(job.device_class) if job.state == JobState.QUEUED else ""
     return {
         "id": job.pk,
         "kind": JobKind.label(job.kind),
@@ -50,7 +51,7 @@ def job_status_dict(job):
         "device": str(job.device or ""),
         "error": job.error,
         "cancel_requested": job.cancel_requested,
-        "no_online_worker": waiting,
+        "waiting_notice": waiting,
         "log": job.log,
     }
 

@@ -61,7 +61,9 @@
     document.getElementById("job-message").textContent = status.message;
     document.getElementById("job-device").textContent = status.device || "—";
     document.getElementById("job-attempt").textContent = status.attempt;
-    document.getElementById("job-waiting").hidden = !status.no_online_worker;
+    const waiting = document.getElementById("job-waiting");
+    waiting.hidden = !status.waiting_notice;
+    waiting.textContent = status.waiting_notice;
     const error = document.getElementById("job-error");
     error.hidden = !status.error;
     error.textContent = status.error;
