@@ -8,7 +8,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from deployhub import worker_dist
 from deployhub.devices.models import Device
@@ -54,7 +54,7 @@ def healthz(request):
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-@require_GET
+@require_safe
 def worker_downloads(request):
     """The page naming this hub's worker wheel: what to install, and pip's --find-links page.
 
@@ -74,7 +74,7 @@ def worker_downloads(request):
     return render(request, "downloads/index.html", context)
 
 
-@require_GET
+@require_safe
 def worker_wheel(request, filename):
     """Serve the wheel of this hub's own code; another version's name is a 404 naming it."""
     name = worker_dist.wheel_name()

@@ -51,6 +51,10 @@ def installed_worker(hub_url, folder, wheel_url=None):
 
     The install line is the one the hub shows (deployhub[worker] @ its wheel's URL); cwd is
     folder, so nothing of the checkout is importable but through what pip installed.
+
+    Start that worker by its script, `python.parent / "deployhub-worker"`, or by
+    `python -m workers` with a cwd outside the checkout and clean_env(): `-m` from the
+    checkout's root (where conftest's WorkerProcess runs) imports the checkout's `workers`.
     """
     folder = Path(folder)
     venv = folder / "device-venv"
