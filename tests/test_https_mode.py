@@ -34,6 +34,20 @@ def queue(version, device_class, alice, n=1):
     ]
 
 
+def asking_in_a_thread(client, token, wait, answers):
+    """Start an ask in a thread of its own (its database connection closed as it ends)."""
+
+    def ask_and_close():
+        try:
+            answers.append(ask(client, token, wait))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=ask_and_close)
+    thread.start()
+    return thread
+
+
 def ask(client, token, wait=0):
     response = call(client, token, "device/work", {"wait": wait})
     assert response.status_code == 200, response.content
@@ -68,8 +82,7 @@ def test_a_job_queued_while_the_device_waits_reaches_it_in_the_same_ask(
 ):
     device, token = make_device()
     answers = []
-    asking = threading.Thread(target=lambda: answers.append(ask(client, token, wait=20)))
-    asking.start()
+    asking = asking_in_a_thread(client, token, 20, answers)
     try:
         # Queued once the ask is held (a device's ask counts as its heartbeat).
         while not Job.objects.filter(device=device).exists() and asking.is_alive():
@@ -79,7 +92,6 @@ def test_a_job_queued_while_the_device_waits_reaches_it_in_the_same_ask(
                 break
     finally:
         asking.join(30)
-    connection.close()
     assert answers and answers[0]["job"] is not None, answers
     assert answers[0]["job"]["id"] == job.pk
 
@@ -161,14 +173,34 @@ def test_a_process_holding_all_the_asks_it_may_answers_at_once_with_a_jittered_r
     settings.DEPLOYHUB_POLL_MAX_WAITERS = 1
     first, first_token = make_device()
     second, second_token = make_device()
-    holding = threading.Thread(target=lambda: ask(client, first_token, wait=3))
-    holding.start()
+    holding = asking_in_a_thread(client, first_token, 3, [])
     try:
         while WAITERS.count < 1 and holding.is_alive():
             threading.Event().wait(0.01)
         answer = ask(client, second_token, wait=20)
     finally:
         holding.join(10)
-    connection.close()
     assert answer["job"] is None
     assert 1 <= answer["retry_after"] <= 5
+
+
+def test_a_device_revoked_while_it_waits_is_handed_no_job(
+    client, make_device, version, device_class, alice
+):
+    from django.utils import timezone
+
+    device, token = make_device()
+    answers = []
+    asking = asking_in_a_thread(client, token, 20, answers)
+    try:
+        while asking.is_alive():
+            device.refresh_from_db()
+            if device.last_heartbeat_at:
+                type(device).objects.filter(pk=device.pk).update(revoked_at=timezone.now())
+                [job] = queue(version, device_class, alice)
+                break
+    finally:
+        asking.join(30)
+    assert answers and answers[0]["job"] is None
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED and job.device is None

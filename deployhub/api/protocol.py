@@ -211,6 +211,10 @@ def _next_job(device, wait):
                 connection.close()
             if not waiters.wait(device.device_class_id, condition, remaining):
                 return None, 0
+            # Woken: the device may have been revoked or drained while it waited.
+            device.refresh_from_db(fields=["draining", "revoked_at"])
+            if device.draining or device.revoked_at is not None:
+                return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
 
 
 @require_POST
