@@ -18,6 +18,9 @@ defaults = {
     "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{15 - WORKER}",
     "DEPLOYHUB_VAR_DIR": tempfile.mkdtemp(prefix=f"deployhub-test-var-{WORKER}-"),
 }
+# Workers started by tests read no config file of this machine's (/etc/deployhub/worker.json
+# or ~/.config/deployhub/worker.json, workers/config.py): one that is not there.
+defaults["DEPLOYHUB_WORKER_CONFIG"] = os.path.join(defaults["DEPLOYHUB_VAR_DIR"], "worker.json")
 inherited = set(os.environ.get(DEFAULTED, "").split(","))
 for name, value in defaults.items():
     if name not in os.environ or name in inherited:

@@ -14,8 +14,8 @@ COMPOSE = (ROOT / "docker-compose.yml").read_text()
 
 
 def compose_services():
-    """Return every service of the compose stack, the commented GPU worker included."""
-    uncommented = re.sub(r"^  # (?=gpu-worker:|  )", "  ", COMPOSE, flags=re.MULTILINE)
+    """Return every service of the compose stack, the commented GPU workers included."""
+    uncommented = re.sub(r"^  # (?=[\w-]*gpu-worker:|  )", "  ", COMPOSE, flags=re.MULTILINE)
     return yaml.safe_load(uncommented)["services"]
 
 

@@ -14,11 +14,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from workers import fingerprint, scratch, selftest, signing
+from workers import config, enrolment, fingerprint, scratch, selftest, service, signing
 from workers.app import CONTEXT, app, configure
 from workers.backends.known import BACKENDS, UnknownBackend
 from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
+from workers.config import ConfigError
+from workers.enrolment import EnrolmentError
 from workers.errors import JobError
+from workers.service import ServiceError
 
 logger = logging.getLogger("workers.cli")
 
@@ -30,6 +33,9 @@ TOKEN_REQUIRED = (
     "--hub and --token are required (or DEPLOYHUB_HUB_URL, and DEPLOYHUB_DEVICE_TOKEN or "
     "--token-file)"
 )
+# A container's first start enrols with it (docker-compose.yml's https-worker), then reads the
+# config file it wrote.
+ENROLMENT_TOKEN_ENV = "DEPLOYHUB_ENROLMENT_TOKEN"
 TOKEN_IN_ARGV = (
     "--token puts the device token where every user of this machine reads it (ps): "
     "set DEPLOYHUB_DEVICE_TOKEN or use --token-file instead"
@@ -75,14 +81,27 @@ def run(args):
 
 
 def _hub_client(args):
-    """Return a client of the hub for this device, or None after saying what is missing."""
+    """Return a client of the hub for this device, or None after saying what is missing.
+
+    The token is --token, --token-file or DEPLOYHUB_DEVICE_TOKEN, else the config file's
+    (`enroll` wrote it), whose hub and workdir fill in what --hub and --workdir (or their
+    variables) leave out.
+    """
     try:
         token = _token(args)
     except OSError as error:
         _say(f"cannot read the token file: {error}")
         return None
+    try:
+        token = token or _enrolled_token(args)
+    except (OSError, ConfigError, EnrolmentError, HubError) as error:
+        _say(f"cannot start: {error}")
+        return None
     if not args.hub or not token:
-        _say(TOKEN_REQUIRED)
+        _say(
+            f"{TOKEN_REQUIRED}; or enrol this machine first (deployhub-worker enroll, or "
+            f"{ENROLMENT_TOKEN_ENV} for a container's first start)"
+        )
         return None
     try:
         return HubClient(args.hub, token)
@@ -103,6 +122,30 @@ def _token(args):
     if args.token_file:
         return _read_token_file(Path(args.token_file))
     return os.environ.get("DEPLOYHUB_DEVICE_TOKEN")
+
+
+def _enrolled_token(args):
+    """Return the config file's device token, filling in args.hub and args.workdir from it;
+    None without a config file.
+
+    A container's first start, with DEPLOYHUB_ENROLMENT_TOKEN and no config file yet,
+    enrols first and writes one: later starts read it.
+    """
+    path = Path(args.config) if args.config else config.default_path()
+    saved = config.load(path)
+    if saved is None and os.environ.get(ENROLMENT_TOKEN_ENV) and args.hub:
+        saved, path, answer = enrolment.enrol(
+            args.hub, os.environ[ENROLMENT_TOKEN_ENV], config_path=path
+        )
+        _say(enrolment.summary(saved, path, answer))
+    if saved is None:
+        return None
+    if config.readable_by_others(path):
+        _say(f"{path} is readable by other users: chmod 600 {path}")
+    args.hub = args.hub or saved["hub"]
+    if hasattr(args, "workdir"):
+        args.workdir = args.workdir or saved.get("workdir")
+    return saved["token"]
 
 
 def _read_token_file(path):
@@ -286,6 +329,7 @@ def _parser():
         help=f"a backend to check, repeatable (default: all of {', '.join(BACKENDS)})",
     )
     selftest_parser.set_defaults(func=run_selftest)
+    _enrolment_parsers(commands)
     return parser
 
 
@@ -302,6 +346,128 @@ def _token_arguments(parser):
         help="device token (visible to other users in ps: prefer DEPLOYHUB_DEVICE_TOKEN "
         "or --token-file)",
     )
+    _config_argument(
+        parser, "read the hub, the device token and the workdir from PATH when no token is given"
+    )
+
+
+def _config_argument(parser, purpose):
+    """Add --config: where the config file is, when not where config.default_path() says."""
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"{purpose} (default: $DEPLOYHUB_WORKER_CONFIG, {config.SYSTEM_PATH} for root, "
+        "else ~/.config/deployhub/worker.json)",
+    )
+
+
+def _enrolment_parsers(commands):
+    """Add the enroll and service commands."""
+    env = os.environ.get
+    enroll_parser = commands.add_parser(
+        "enroll", help="register this machine with an enrolment token; write the config file"
+    )
+    enroll_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
+    enroll_parser.add_argument(
+        "--token",
+        default=env(ENROLMENT_TOKEN_ENV),
+        help=f"enrolment token (dhe_..., from the device class's page; or {ENROLMENT_TOKEN_ENV})",
+    )
+    enroll_parser.add_argument(
+        "--name", help="device name (default: DEPLOYHUB_DEVICE_NAME, else the host name)"
+    )
+    enroll_parser.add_argument(
+        "--workdir", help="folder for job scratch space, kept in the config (default: system temp)"
+    )
+    _config_argument(enroll_parser, "write the config file to PATH")
+    enroll_parser.add_argument(
+        "--fingerprint-override",
+        default=env("DEPLOYHUB_FINGERPRINT_OVERRIDE"),
+        metavar="FILE",
+        help="JSON merged over the fingerprint sent with the enrolment",
+    )
+    enroll_parser.set_defaults(func=enroll)
+    service_parser = commands.add_parser(
+        "service", help="print the systemd unit that runs this worker (--install writes it)"
+    )
+    service_parser.add_argument(
+        "--install", action="store_true", help=f"write it to /{service.UNIT_FOLDER} (as root)"
+    )
+    service_parser.add_argument(
+        "--user",
+        help="unprivileged user the worker runs as (default: the config file's owner, "
+        f"or {service.DEFAULT_USER} when that is root)",
+    )
+    _config_argument(service_parser, "the config file the service reads")
+    service_parser.set_defaults(func=print_service)
+
+
+def enroll(args):
+    """Enrol this machine with an enrolment token and write the config file `run` reads.
+
+    Exit 2, writing nothing, when the hub refuses the token (revoked, expired, used
+    up, unknown) or the name; 1 when the hub cannot be reached.
+    """
+    if not args.hub or not args.token:
+        _say(
+            f"--hub and --token (an enrolment token, dhe_...) are required, or "
+            f"DEPLOYHUB_HUB_URL and {ENROLMENT_TOKEN_ENV}"
+        )
+        return 2
+    fingerprint_now = _fingerprint(args.fingerprint_override)
+    try:
+        saved, path, answer = enrolment.enrol(
+            args.hub, args.token, args.name, args.workdir, args.config, fingerprint_now
+        )
+    except EnrolmentError as error:
+        _say(str(error))
+        return 2
+    except HubUnreachable as error:
+        _say(error.message)
+        return 1
+    except HubError as error:
+        if error.status in (400, 401, 403, 409):
+            _say(f"enrolment refused: {error.message}")
+            return 2
+        _say(f"enrolment failed: {error}")
+        return 1
+    except OSError as error:
+        _say(f"enrolment failed: {error}")
+        return 1
+    print(enrolment.summary(saved, path, answer), flush=True)
+    return 0
+
+
+def print_service(args):
+    """Print the systemd unit that runs `deployhub-worker run` as an unprivileged user;
+    --install writes it and says which systemctl commands start it."""
+    path = (Path(args.config) if args.config else config.default_path()).absolute()
+    try:
+        saved = config.load(path)
+    except (OSError, ConfigError) as error:
+        _say(str(error))
+        return 1
+    user = args.user or service.default_user(path)
+    text = service.unit_text(user, path, saved)
+    if not args.install:
+        print(text, end="", flush=True)
+        if saved is None:
+            _say(f"no config file at {path} yet: enrol this machine first")
+        return 0
+    try:
+        target, notes = service.install(text, user, path, saved)
+    except ServiceError as error:
+        _say(f"nothing installed: {error}")
+        return 2
+    except OSError as error:
+        _say(f"nothing installed: {error}")
+        return 1
+    for note in notes:
+        _say(note)
+    print(f"wrote {target}; start the worker now and at every boot with:")
+    for command in service.SYSTEMCTL:
+        print(f"  sudo {command}")
+    return 0
 
 
 def _wait_for_hub(client):

@@ -10,6 +10,7 @@ import requests
 
 from workers.errors import JobError
 from workers.kept import KeptConnections
+from workers.version import user_agent
 
 API_PREFIX = "/api/v1/"
 # Retried, after the hub's Retry-After if it says one: a hub restarting or its database away
@@ -54,16 +55,17 @@ class EngineRefused(JobError):
 
 
 class HubClient:
-    """Call the hub's device API with a device token."""
+    """Call the hub's device API with a device token (none only to enrol, which makes one)."""
 
-    def __init__(self, base_url, token, timeout=30, retries=3, backoff=0.5):
+    def __init__(self, base_url, token=None, timeout=30, retries=3, backoff=0.5):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
-        self.session.headers["User-Agent"] = "deployhub-worker"
+        if token is not None:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.session.headers["User-Agent"] = user_agent()  # which worker, which protocol
         # The environment's proxy and CA bundle for the hub, read once: requests reads them
         # (and ~/.netrc, whose login would replace the device token) on every call, a third
         # of a claim's time in the worker.
@@ -75,12 +77,24 @@ class HubClient:
         direct = requests.utils.select_proxy(self.base_url, self.session.proxies) is None
         self.kept = None
         if direct:
-            headers = {name: self.session.headers[name] for name in ("Authorization", "User-Agent")}
+            sent = ("Authorization", "User-Agent")
+            headers = {name: value for name, value in self.session.headers.items() if name in sent}
             self.kept = KeptConnections(self.base_url, timeout, headers, _ca_bundle())
 
     def whoami(self):
         """Return the hub's description of this device."""
         return self._json("GET", "device")
+
+    def enrol(self, token, name, machine_id, fingerprint=None):
+        """Register this machine with an enrolment token; return the hub's answer.
+
+        {"device": <as whoami()>, "token": "dht_...", "created": bool}: the same
+        machine enrolled again in the same class is the same device with a fresh
+        token. Unauthorized for a refused (403) or unknown (401) enrolment token,
+        Conflict when another machine of the class has the name (409).
+        """
+        body = _without_none(token=token, name=name, machine_id=machine_id, fingerprint=fingerprint)
+        return self._json("POST", "enrol", json=body)
 
     def heartbeat(self, fingerprint=None):
         """Mark this device online, reporting its fingerprint when given."""
