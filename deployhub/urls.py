@@ -23,10 +23,10 @@ urlpatterns = [
     path("api/v1/", include("deployhub.api.urls")),
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", job_metrics.metrics, name="metrics"),
     # The worker wheel devices install (deployhub/worker_dist.py): no sign-in.
     path("downloads/", views.worker_downloads, name="worker_downloads"),
     path("downloads/<str:filename>", views.worker_wheel, name="worker_wheel"),
-    path("metrics", job_metrics.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("team/", views.switch_team, name="switch_team"),
