@@ -239,7 +239,7 @@ def device_detail(request, pk):
         "changes": device.fingerprint_changes.all()[:50],
         "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
         "hub_version": worker_version(),
-        "install_worker": worker_dist.install_command(request.build_absolute_uri("/")),
+        "install_worker": worker_dist.install_command(hub_url(request)),
         **device_sections.context(device),
     }
     return render(request, "devices/device_detail.html", context)
