@@ -116,7 +116,7 @@ def claim_job(job_id, device, attempt):
     row read, to say why.
     """
     if device.draining:
-        send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
+        _send_back(job_id, device, attempt)
         ClaimRefusals.count_one(ClaimRefusalReason.DRAINING)
         raise JobConflict("This device is draining: it takes no new jobs.")
     try:
@@ -134,6 +134,18 @@ def claim_job(job_id, device, attempt):
         ClaimRefusals.count_one(_refusal_reason(exc))
         raise
     return job
+
+
+def _send_back(job_id, device, attempt):
+    """Put the job a draining device was offered back on its class's queue for another
+    device: only a queued job of the device's own class. Any other id it names is not its
+    to send (a message on its queue, and a sent_at that keeps the reaper from resending a
+    job whose message was lost)."""
+    offered = Job.objects.filter(
+        pk=job_id, device_class_id=device.device_class_id, attempt=attempt, state=JobState.QUEUED
+    )
+    if offered.exists():
+        send_job(job_id, attempt, device.device_class.queue, countdown=DRAINING_RESEND_SECONDS)
 
 
 def _refusal_reason(refusal):
