@@ -4,6 +4,8 @@ on the fleet page; a caller that is not a worker (curl, a script) is served as b
 
 import html
 import json
+import os
+import subprocess
 
 import pytest
 from django.db import connection
@@ -11,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from deployhub.jobs.models import JobState
 from deployhub.worker_dist import wheel_url
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, ROOT, run_python
 from workers.version import OLDEST_PROTOCOL, PROTOCOL, user_agent, worker_version
 
 
@@ -142,3 +144,35 @@ def test_the_fleet_page_marks_a_device_whose_worker_is_older_than_the_hub(
     device_page = html.unescape(client.get(f"/devices/{old.pk}/").content.decode())
     assert f"Worker 0.0.9, device protocol {PROTOCOL}." in device_page
     assert install_line() in device_page
+
+
+# A worker of a release that speaks a protocol this hub does not: the real command line, with
+# only its protocol number changed.
+FUTURE_WORKER = (
+    "import sys, workers.version as version; version.PROTOCOL = 99; "
+    "from workers.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.e2e
+def test_a_worker_the_hub_does_not_speak_stops_at_start_saying_what_to_install(
+    live_server, make_device, tmp_path
+):
+    device, token = make_device()
+    env = {**os.environ, "DEPLOYHUB_DEVICE_TOKEN": token, "CELERY_BROKER_URL": ""}
+
+    command = [run_python(), "-c", FUTURE_WORKER, "run", "--hub", live_server.url]
+    done = subprocess.run(
+        [*command, "--workdir", tmp_path],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 1
+    assert "this worker speaks 99" in done.stderr
+    assert f'pip install "deployhub[worker] @ {wheel_url(live_server.url)}"' in done.stderr
+    device.refresh_from_db()
+    assert device.protocol_version == 99 and device.last_heartbeat_at is None
