@@ -40,6 +40,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.dispatch import bench_job_pipeline  # noqa: E402
 from bench.figures import bench_figures  # noqa: E402
+from bench.fleet import (  # noqa: E402
+    bench_fleet_backlog,
+    bench_fleet_dispatch,
+    bench_fleet_idle,
+    bench_fleet_reconnect,
+)
 from bench.harness import bench_harness_overhead  # noqa: E402
 from bench.load import bench_load  # noqa: E402
 from bench.rows import note, print_rows, row, write_results  # noqa: E402
@@ -780,6 +786,10 @@ BENCHES = [
     bench_job_pipeline,
     bench_load,
     bench_load_embedded,
+    bench_fleet_idle,
+    bench_fleet_dispatch,
+    bench_fleet_backlog,
+    bench_fleet_reconnect,
     bench_upload_memory,
     bench_compile_reuse,
     bench_auto_mode,
