@@ -287,6 +287,11 @@ DEPLOYHUB_REAPER_INTERVAL = env_int("DEPLOYHUB_REAPER_INTERVAL", 5)
 DEPLOYHUB_HEARTBEAT_INTERVAL = env_int("DEPLOYHUB_HEARTBEAT_INTERVAL", 10)
 # A device missing heartbeats for this long is shown offline.
 DEPLOYHUB_OFFLINE_AFTER = env_int("DEPLOYHUB_OFFLINE_AFTER", 35)
+# HTTPS mode (POST /api/v1/device/work): the longest a device's ask for work is held open
+# (under DEPLOYHUB_OFFLINE_AFTER: each ask counts as a heartbeat), and how many asks one hub
+# process holds at once (0: its server's threads less a few, so other calls are served).
+DEPLOYHUB_POLL_SECONDS = env_int("DEPLOYHUB_POLL_SECONDS", 25)
+DEPLOYHUB_POLL_MAX_WAITERS = env_int("DEPLOYHUB_POLL_MAX_WAITERS", 0)
 
 # Text that everyone then reads. A person's longer text is refused, saying so; a device's
 # log or error is cut to its end (where a build says why it failed); a bigger fingerprint

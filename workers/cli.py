@@ -14,10 +14,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from workers import config, enrolment, fingerprint, scratch, selftest, service, signing
+from workers import config, enrolment, fingerprint, https_mode, scratch, selftest, service, signing
 from workers.app import CONTEXT, app, configure
 from workers.backends.known import BACKENDS, UnknownBackend
-from workers.client import RETRY_STATUSES, HubClient, HubError, HubUnreachable, Unauthorized
+from workers.client import (
+    RETRY_STATUSES,
+    HubClient,
+    HubError,
+    HubUnreachable,
+    HubUntrusted,
+    Unauthorized,
+)
 from workers.config import ConfigError
 from workers.enrolment import EnrolmentError
 from workers.errors import JobError
@@ -26,6 +33,7 @@ from workers.service import ServiceError
 logger = logging.getLogger("workers.cli")
 
 DEFAULT_BROKER = "filesystem://var/broker"
+HTTPS, BROKER = "https", "broker"
 HUB_WAIT_SECONDS = 60
 HUB_WAIT_PAUSE_SECONDS = 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -50,18 +58,23 @@ def main(argv=None):
 
 
 def run(args):
-    """Serve this device's queue until stopped (SIGTERM or Ctrl-C)."""
+    """Serve this device's work until stopped (SIGTERM or Ctrl-C): over HTTPS, or from the
+    broker when one is given (--broker, CELERY_BROKER_URL) or --mode broker says so."""
     client = _hub_client(args)
     if client is None:
         return 2
     _remove_dead_scratch(args.workdir)
+    CONTEXT.delivery = _delivery(args)
     try:
         device = _wait_for_hub(client)
         CONTEXT.fingerprint = _fingerprint(args.fingerprint_override)
-        client.heartbeat(CONTEXT.fingerprint)
+        client.heartbeat(CONTEXT.fingerprint, delivery=CONTEXT.delivery)
     except Unauthorized as error:
         _say(f"the hub refused this token: {error.message}")
         return 2
+    except HubUntrusted as error:  # no wait mends it: the operator gives the CA
+        _say(error.message)
+        return 1
     except HubUnreachable as error:
         _say(f"gave up after waiting {HUB_WAIT_SECONDS} s: {error}")
         return 1
@@ -74,9 +87,36 @@ def run(args):
         _say("the hub sent no signing_public_key: jobs that load an engine will fail")
     stop = _start_device_heartbeat(client, device, args.fingerprint_override)
     try:
-        _consume(device, args.broker)
+        if CONTEXT.delivery == HTTPS:
+            return _ask_for_work(client, device, args.hub)
+        _consume(device, args.broker or DEFAULT_BROKER)
     finally:
         stop.set()
+    return 0
+
+
+def _delivery(args):
+    """How this worker takes work: --mode, else the broker when a broker URL is given."""
+    return args.mode or (BROKER if args.broker else HTTPS)
+
+
+def _ask_for_work(client, device, hub):
+    """HTTPS mode: ask the hub for this device's jobs and run them (workers/https_mode.py)."""
+    print(
+        f"deployhub-worker: device {device['name']} (class {device['device_class']}) "
+        f"ready: asking {hub} for work over HTTPS",
+        flush=True,
+    )
+    asker = https_mode.Asker(client, CONTEXT)
+    asker.stop_on_signals()
+    try:
+        asker.serve()
+    except Unauthorized as error:
+        _say(f"the hub refused this device: {error.message}")
+        return 2
+    except HubError as error:
+        _say(f"stopped: {error}")
+        return 1
     return 0
 
 
@@ -296,7 +336,16 @@ def _parser():
     run_parser.add_argument("--hub", default=env("DEPLOYHUB_HUB_URL"), help="hub base URL")
     _token_arguments(run_parser)
     run_parser.add_argument(
-        "--broker", default=env("CELERY_BROKER_URL", DEFAULT_BROKER), help="Celery broker URL"
+        "--broker",
+        default=env("CELERY_BROKER_URL"),
+        help="Celery broker URL: take work from the broker (inside the hub's own network); "
+        "without one the worker asks the hub for work over HTTPS",
+    )
+    run_parser.add_argument(
+        "--mode",
+        choices=(HTTPS, BROKER),
+        help=f"how to take work (default: {BROKER} when a broker URL is given, else {HTTPS}); "
+        f"{BROKER} without a URL uses {DEFAULT_BROKER}",
     )
     run_parser.add_argument("--workdir", help="folder for job scratch space (default: system temp)")
     run_parser.set_defaults(func=run)
@@ -479,7 +528,7 @@ def _wait_for_hub(client):
             return client.whoami()
         except HubError as error:
             starting = isinstance(error, HubUnreachable) or error.status in RETRY_STATUSES
-            if not starting or time.monotonic() >= deadline:
+            if not starting or isinstance(error, HubUntrusted) or time.monotonic() >= deadline:
                 raise
             _say(f"waiting for the hub ({error})")
         time.sleep(HUB_WAIT_PAUSE_SECONDS)
@@ -511,7 +560,9 @@ def _heartbeat_device(client, interval, override_path, stop):
     while not stop.wait(interval):
         try:
             current = _fingerprint(override_path)
-            answer = client.heartbeat(current)
+            if CONTEXT.asking and current == CONTEXT.fingerprint:
+                continue  # an open ask for work is the hub's heartbeat of this device
+            answer = client.heartbeat(current, delivery=CONTEXT.delivery)
         except Exception as error:
             logger.warning("device heartbeat failed: %s", error)
             continue

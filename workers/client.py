@@ -45,6 +45,11 @@ class HubUnreachable(HubError):
         super().__init__(None, message, request)
 
 
+class HubUntrusted(HubUnreachable):
+    """The hub's TLS certificate failed verification: asking again does not help until the
+    worker is given the CA that signed it (REQUESTS_CA_BUNDLE) or the certificate is fixed."""
+
+
 class InputMismatch(JobError):
     """A downloaded input does not have the size or sha256 the hub announced."""
 
@@ -96,10 +101,21 @@ class HubClient:
         body = _without_none(token=token, name=name, machine_id=machine_id, fingerprint=fingerprint)
         return self._json("POST", "enrol", json=body)
 
-    def heartbeat(self, fingerprint=None):
-        """Mark this device online, reporting its fingerprint when given."""
-        body = {} if fingerprint is None else {"fingerprint": fingerprint}
+    def heartbeat(self, fingerprint=None, delivery=None):
+        """Mark this device online, reporting its fingerprint and how it takes work when given."""
+        body = _without_none(fingerprint=fingerprint, delivery=delivery)
         return self._json("POST", "device/heartbeat", json=body)
+
+    def next_job(self, wait):
+        """HTTPS mode: ask the hub for this device's next job, waiting up to `wait` seconds;
+        return its answer ({"job": <the claimed job> or None, "state", "retry_after", ...}).
+
+        Not retried here: the caller backs off with jitter, so a thousand devices that lost
+        a restarting hub do not all come back in the same second.
+        """
+        return self._json(
+            "POST", "device/work", json={"wait": wait}, timeout=wait + self.timeout, retry=False
+        )
 
     def claim(self, job_id, attempt):
         """Claim one attempt of a job and return the job."""
@@ -184,14 +200,17 @@ class HubClient:
             request = f"{method} {path}"
             raise HubError(response.status_code, f"not JSON: {snippet!r}", request) from error
 
-    def _request(self, method, path, **kwargs):
+    def _request(self, method, path, retry=True, **kwargs):
         """Send a request, retrying a few times while the hub is restarting."""
-        for attempt in range(self.retries + 1):
-            last_try = attempt == self.retries
+        retries = self.retries if retry else 0
+        for attempt in range(retries + 1):
+            last_try = attempt == retries
             _rewind_files(kwargs)
             try:
                 response = self._send(method, path, **kwargs)
             except requests.ConnectionError as error:
+                if (reason := _refused_certificate(error)) is not None:
+                    raise HubUntrusted(self._untrusted(reason), f"{method} {path}") from error
                 if last_try:
                     reason = _connection_reason(error)
                     message = f"cannot reach the hub at {self.base_url}: {reason}"
@@ -206,22 +225,33 @@ class HubClient:
                 continue
             time.sleep(self.backoff * 2**attempt)
 
-    def _send(self, method, path, **kwargs):
+    def _untrusted(self, reason):
+        """Say that the hub's certificate is refused, why, and what the operator sets."""
+        bundle = self.session.verify if isinstance(self.session.verify, str) else None
+        checked = bundle or f"{requests.certs.where()} (certifi's CAs)"
+        return (
+            f"the hub at {self.base_url} has a certificate this worker does not trust "
+            f"({reason}; checked against {checked}): if a private CA signed it, set "
+            f"REQUESTS_CA_BUNDLE to that CA's certificate (a PEM file)"
+        )
+
+    def _send(self, method, path, timeout=None, **kwargs):
         """Send one request; turn a timeout into a readable HubUnreachable."""
         url = self.base_url + API_PREFIX + path
+        timeout = timeout or self.timeout
         try:
             if self.kept is not None and kwargs.keys() <= {"json", "params"}:
-                answer = self.kept.request(method, API_PREFIX + path, **kwargs)
+                answer = self.kept.request(method, API_PREFIX + path, timeout=timeout, **kwargs)
                 if not 300 <= answer.status_code < 400:
                     return answer
                 if method != "GET" and answer.status_code not in (307, 308):
                     raise _moved(answer, f"{method} {path}")
                 # requests follows the rest, as it did (a proxy's 308 to https, say).
-            return self.session.request(method, url, timeout=self.timeout, **kwargs)
+            return self.session.request(method, url, timeout=timeout, **kwargs)
         except requests.Timeout as error:
             if isinstance(error, requests.ConnectionError):
                 raise
-            message = f"the hub at {self.base_url} did not answer within {self.timeout} s"
+            message = f"the hub at {self.base_url} did not answer within {timeout} s"
             raise HubUnreachable(message, f"{method} {path}") from error
 
 
@@ -240,6 +270,15 @@ def _ca_bundle():
 def _without_none(**fields):
     """Return the fields whose value is not None."""
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _refused_certificate(error):
+    """Why the hub's certificate failed verification ("unable to get local issuer
+    certificate", a hostname mismatch...), or None for any other connection error."""
+    if not isinstance(error, requests.exceptions.SSLError):
+        return None
+    match = re.search(r"certificate verify failed: ([^()]+)", str(error))
+    return match.group(1).strip(" .") if match else None
 
 
 def _connection_reason(error):

@@ -117,6 +117,8 @@ def _as_requests_error(error, stage):
         return error  # KeyboardInterrupt and the like, as they are
     if stage == "answered":
         return requests.exceptions.ChunkedEncodingError(f"{type(error).__name__}: {error}")
+    if isinstance(error, ssl.SSLError):  # requests' own: the client tells a refused certificate
+        return requests.exceptions.SSLError(f"{type(error).__name__}: {error}")
     if isinstance(error, TimeoutError):
         timeout = requests.ConnectTimeout if stage == "connecting" else requests.Timeout
         return timeout(str(error))  # the first is a connection error: retried

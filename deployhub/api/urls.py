@@ -16,6 +16,7 @@ from deployhub.api import (
 urlpatterns = [
     path("device", protocol.whoami, name="api_whoami"),
     path("device/heartbeat", protocol.device_heartbeat, name="api_device_heartbeat"),
+    path("device/work", protocol.device_work, name="api_device_work"),
     path("jobs/<int:job_id>/claim", protocol.claim, name="api_claim"),
     path("jobs/<int:job_id>/heartbeat", protocol.job_heartbeat, name="api_job_heartbeat"),
     path("jobs/<int:job_id>/complete", protocol.complete, name="api_complete"),

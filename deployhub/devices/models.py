@@ -138,9 +138,19 @@ class DeviceClass(models.Model):
         limit = f", each batch within {ceiling:g} ms at p99" if ceiling else ""
         return f"At least {self.throughput_target_ips:g} images/s{limit}."
 
+    def delivers_by_broker(self):
+        """True when a device of the class takes its work from the broker queue, or when the
+        class has no device yet (one may be started in broker mode); False when every device
+        asks for work over HTTPS, so nothing would ever consume the queue."""
+        counts = self.devices.filter(revoked_at__isnull=True).aggregate(
+            devices=models.Count("pk"),
+            broker=models.Count("pk", filter=models.Q(delivery=Delivery.BROKER)),
+        )
+        return not counts["devices"] or counts["broker"] > 0
+
     def online_devices(self):
-        """Devices that heartbeat and take jobs (not draining)."""
-        return self.devices.online().filter(draining=False)
+        """Devices that heartbeat and take jobs (not draining, not revoked)."""
+        return self.devices.online().filter(draining=False, revoked_at__isnull=True)
 
 
 def hash_token(token):
@@ -194,6 +204,7 @@ class Delivery(ChoiceSet):
         (BROKER, "Broker (inside the hub's network)", "grey"),
         (HTTPS, "HTTPS (the hub's API only)", "blue"),
     )
+    VALUES = (BROKER, HTTPS)
 
 
 class Device(models.Model):

@@ -12,7 +12,7 @@ from django.db import NotSupportedError, transaction
 from django.utils import timezone
 
 from deployhub.devices.models import DeviceClass
-from deployhub.jobs import kinds
+from deployhub.jobs import kinds, waiting
 from deployhub.jobs.errors import JobConflict, ResultRejected, StaleAttempt, WrongDevice
 from deployhub.jobs.models import (
     FAILURE_CATEGORIES,
@@ -43,8 +43,16 @@ def send_job(job_id, attempt, queue, countdown=None):
 
 
 def _enqueue(job):
-    queue = job.device_class.queue
-    transaction.on_commit(lambda: send_job(job.pk, job.attempt, queue))
+    """Publish the job once its transaction commits: on its class's broker queue when a
+    device of the class takes work from the broker, and always to the devices that ask
+    for work over HTTPS (waiting.announce)."""
+    device_class = job.device_class
+    waiting.announce(device_class.pk)  # on PostgreSQL: leaves at commit, with the job
+    if device_class.delivers_by_broker():
+        transaction.on_commit(lambda: send_job(job.pk, job.attempt, device_class.queue))
+    else:  # nothing consumes the queue: the database carries the job to its devices
+        job.sent_at = timezone.now()
+        Job.objects.filter(pk=job.pk).update(sent_at=job.sent_at)
 
 
 def submit_job(*, team, kind, device_class, user, model_version=None, params=None, engine=None):
@@ -154,6 +162,30 @@ def _refusal_reason(refusal):
     if isinstance(refusal, WrongDevice):
         return ClaimRefusalReason.WRONG_CLASS
     return ClaimRefusalReason.NOT_QUEUED
+
+
+# How many of its class's oldest queued jobs a device asking for work tries to take: others
+# asking at the same moment take some of them first.
+NEXT_JOB_CANDIDATES = 8
+
+
+def take_next_job(device):
+    """Give the device its class's oldest queued job, claimed as claim_job does; or None.
+
+    Two statements whatever the backlog: the oldest few queued jobs of the class (an
+    index holds only queued jobs, by class), then a take of the first one still free.
+    """
+    if device.draining:
+        return None
+    queued = Job.objects.filter(device_class_id=device.device_class_id, state=JobState.QUEUED)
+    candidates = queued.order_by("pk").values_list("pk", "attempt")[:NEXT_JOB_CANDIDATES]
+    for job_id, attempt in candidates:
+        with transaction.atomic():
+            job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
+            if job is not None:
+                _record_claim(job, device, attempt)
+                return job
+    return None
 
 
 def claim_for_token(job_id, token, address, attempt):
@@ -422,6 +454,8 @@ def _resend_lost(now):
     sent = Job.objects.filter(state=JobState.QUEUED, sent_at__isnull=False)
     late = DeviceClass.objects.filter(jobs__in=sent.filter(sent_at__lt=stale)).distinct()
     for device_class in late:
+        if not device_class.delivers_by_broker():
+            continue  # its devices take their jobs from the database, over HTTPS
         jobs = sent.filter(device_class=device_class)
         waiting = queue_depth(device_class.queue)
         missing = 0 if waiting is None else jobs.count() - waiting
