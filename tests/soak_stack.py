@@ -4,8 +4,10 @@ PostgreSQL and Redis of its own (tests/private_services.py), a storage folder of
 own (on a small tmpfs when this machine lets us mount one, so "disk full" is the
 kernel's ENOSPC), the hub under gunicorn, the hub worker (the reaper) and beat as
 `make run` starts them, and real device workers (`python -m workers run`), each
-restartable one by one. Nothing here imports Django: the driver configures Django
-itself, pointed at `stack.env`.
+restartable one by one: broker-mode workers consume their class's queue on the private
+Redis, HTTPS-mode workers (`mode=HTTPS`) ask the hub for work and have no broker URL at
+all. Nothing here imports Django: the driver configures Django itself, pointed at
+`stack.env`.
 """
 
 import os
@@ -22,6 +24,9 @@ from tests.private_services import Postgres, Process, Redis, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 STORAGE_MB = 64
+BROKER, HTTPS = "broker", "https"  # how a device worker takes its work
+READY = {BROKER: " ready.", HTTPS: " ready: asking"}  # what each says once it takes work
+BROKER_SCHEMES = ("redis://", "rediss://", "amqp://", "filesystem://", "memory://")
 
 
 class Stack:
@@ -41,7 +46,8 @@ class Stack:
         self.secret_key = secrets.token_urlsafe(50)
         self.tmpfs = False
         self.hub = self.hub_worker = self.beat = None
-        self.workers = {}  # device name -> Process
+        self.workers = {}  # device name -> Process: broker-mode workers
+        self.https_workers = {}  # device name -> Process: HTTPS-mode workers
 
     @property
     def env(self):
@@ -78,7 +84,8 @@ class Stack:
 
     def stop(self):
         """Stop every process and service; unmount the storage tmpfs."""
-        for process in [*self.workers.values(), self.beat, self.hub_worker, self.hub]:
+        workers = [*self.workers.values(), *self.https_workers.values()]
+        for process in [*workers, self.beat, self.hub_worker, self.hub]:
             if process is not None:
                 process.stop(timeout=10)
         if self.redis.running:
@@ -156,6 +163,10 @@ class Stack:
     def restart_hub_worker(self):
         self.hub_worker = self._process("hub-worker", self._celery_worker()).start()
 
+    def restart_hub(self):
+        """Start the hub's gunicorn again (after a kill -9): the device API comes back."""
+        self.hub = self._process("hub", self._gunicorn()).start()
+
     def health(self):
         """Return (status, JSON body) of /healthz; (None, reason) when the hub does not answer."""
         return http_json("GET", f"{self.url}/healthz", timeout=5)
@@ -163,25 +174,41 @@ class Stack:
     def wait_healthy(self, timeout):
         wait_for(lambda: self.health()[0] == 200, timeout, "the hub's /healthz to answer 200")
 
-    def start_worker(self, name, token, clock_offset=0):
+    def start_worker(self, name, token, clock_offset=0, mode=BROKER):
         """Start a device worker (its wall clock `clock_offset` seconds off); wait until ready."""
+        return self.wait_ready(name, mode, *self.launch_worker(name, token, clock_offset, mode))
+
+    def launch_worker(self, name, token, clock_offset=0, mode=BROKER):
+        """Start a device worker without waiting; return (process, log, where its log began).
+
+        An HTTPS-mode worker gets no broker URL, neither as an argument nor anywhere in its
+        environment: it must find its work through the hub alone, as an enrolled device.
+        """
         module = ["-m", "workers", "run", "--workdir", str(self.folder / "work" / name)]
         if clock_offset:
             module = ["-m", "tests.skewed_clock", str(clock_offset), *module]
-        env = {
-            **os.environ,
-            "DEPLOYHUB_HUB_URL": self.url,
-            "DEPLOYHUB_DEVICE_TOKEN": token,
-            "CELERY_BROKER_URL": self.redis.url(),
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("DJANGO_SETTINGS_MODULE", None)
+        env = {**os.environ, "DEPLOYHUB_HUB_URL": self.url, "DEPLOYHUB_DEVICE_TOKEN": token}
+        env["PYTHONUNBUFFERED"] = "1"
+        for each in ("DJANGO_SETTINGS_MODULE", "CELERY_BROKER_URL"):
+            env.pop(each, None)
+        if mode == BROKER:
+            env["CELERY_BROKER_URL"] = self.redis.url()
+        else:
+            brokers = [key for key, value in env.items() if value.startswith(BROKER_SCHEMES)]
+            if brokers:
+                raise RuntimeError(f"an HTTPS-mode worker's environment names a broker: {brokers}")
         log = self.logs / f"worker-{name}.log"
         offset = log.stat().st_size if log.exists() else 0
         process = self._process(f"worker-{name}", [self.python, *module], env).start()
-        self.workers[name] = process
+        (self.workers if mode == BROKER else self.https_workers)[name] = process
+        return process, log, offset
+
+    def wait_ready(self, name, mode, process, log, offset):
+        """Wait until the worker says it is ready: consuming (Celery's "ready."), or asking
+        the hub for work over HTTPS."""
+        said = READY[mode]
         wait_for(
-            lambda: " ready." in log.read_text(errors="replace")[offset:] or _died(process),
+            lambda: said in log.read_text(errors="replace")[offset:] or _died(process),
             90,
             f"worker {name} to be ready",
         )

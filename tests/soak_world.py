@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSET = ROOT / "deployhub" / "demo" / "assets" / "digits_cnn_v2.onnx"
 CLASS_SLUG = "soak-cpu"
 DEVICES = ("w1", "w2")
+# A class whose devices take work over HTTPS only (POST device/work): no broker anywhere.
+HTTPS_CLASS_SLUG = "soak-https"
+HTTPS_DEVICES = ("h1", "h2", "h3", "h4")
 SKEWED = {"ahead": 600, "behind": -600}  # device name -> clock offset in seconds
 BUILD_BACKEND = "onnxruntime"  # the backend every CPU worker of `make run` has
 BUILD_CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
@@ -77,7 +80,7 @@ def db_retry(function, timeout=120):
 
 @dataclass
 class World:
-    """The soak's team, user, tokens, device class, model version and devices."""
+    """The soak's team, user, tokens, device classes, model version and devices."""
 
     team: object
     user: object
@@ -87,13 +90,14 @@ class World:
     model: object
     version: object
     device_tokens: dict
+    https_class: object
 
 
 def make_world():
     from django.contrib.auth import get_user_model
     from django.core.files import File
 
-    from deployhub.devices.models import Device, DeviceClass
+    from deployhub.devices.models import Delivery, DeviceClass
     from deployhub.registry.models import Model
     from deployhub.registry.uploads import create_version
     from deployhub.teams.models import Membership, Role, Team
@@ -108,12 +112,34 @@ def make_world():
     model = Model.objects.create(team=team, name="digits-cnn", created_by=user)
     with open(ASSET, "rb") as handle:
         version = create_version(model, File(handle, name=ASSET.name), user)
+    https_class = DeviceClass.objects.create(
+        team=team, slug=HTTPS_CLASS_SLUG, name="Soak HTTPS", frame_budget_ms=33.3
+    )
     tokens = {}
+    world = World(
+        team, user, api_token, pipeline_token, device_class, model, version, tokens, https_class
+    )
     for name in (*DEVICES, *SKEWED):
-        device = Device(device_class=device_class, name=name)
-        tokens[name] = device.issue_token()
-        device.save()
-    return World(team, user, api_token, pipeline_token, device_class, model, version, tokens)
+        add_device(world, device_class, name)
+    for name in HTTPS_DEVICES:
+        add_device(world, https_class, name, Delivery.HTTPS)
+    return world
+
+
+def add_device(world, device_class, name, delivery=None):
+    """Register a device of the class (as enrolling one does); keep its token in the world.
+
+    An HTTPS class's devices are registered as taking work over HTTPS from the start, as
+    an enrolled device is: no job of that class ever waits on the broker for one of them.
+    """
+    from deployhub.devices.models import Device
+
+    device = Device(device_class=device_class, name=name)
+    if delivery:
+        device.delivery = delivery
+    world.device_tokens[name] = device.issue_token()
+    device.save()
+    return device
 
 
 def issue_token(user, scope):
@@ -130,10 +156,14 @@ def issue_token(user, scope):
 
 
 class Jobs:
-    """Submit jobs the ways the hub does, and read what became of them."""
+    """Submit jobs the ways the hub does, and read what became of them.
 
-    def __init__(self, stack, world):
+    Jobs go to the world's broker class, or to `device_class` when given (the HTTPS one).
+    """
+
+    def __init__(self, stack, world, device_class=None):
         self.stack, self.world = stack, world
+        self.device_class = device_class or world.device_class
 
     def noops(self, count):
         """Queue no-op jobs from this process (a hub process: it commits, then publishes)."""
@@ -147,7 +177,7 @@ class Jobs:
         return submit_job(
             team=world.team,
             kind=kind,
-            device_class=world.device_class,
+            device_class=self.device_class,
             user=world.user,
             model_version=world.version,
             params=params or {},
