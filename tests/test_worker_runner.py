@@ -425,6 +425,24 @@ def test_it_stops_quietly_when_a_heartbeat_says_the_job_moved_on(start_hub, tiny
     assert hub.bodies("complete") == []
 
 
+def test_it_stops_when_a_heartbeat_says_the_device_was_revoked(start_hub, tiny_model):
+    job = make_job(
+        kinds.BENCHMARK,
+        lease_seconds=0.3,
+        params={"iterations": 10_000_000},
+        inputs={"model": model_input(tiny_model)},
+    )
+    hub = start_hub(job, {"model": tiny_model})
+    hub.heartbeat_answer = (401, {"error": "This device was revoked at 2026-12-05 08:00 UTC."})
+    started = time.monotonic()
+
+    state = run(hub)
+
+    assert state == "dropped"  # its job went back on the queue: nothing is reported
+    assert hub.bodies("complete") == []
+    assert time.monotonic() - started < 60  # stopped: not the ten million iterations
+
+
 def test_it_returns_dropped_when_the_hub_refuses_the_completion(start_hub):
     hub = start_hub(make_job(kinds.NOOP))
     hub.complete_answer = (409, {"error": "attempt 2 is stale"})

@@ -205,8 +205,11 @@ class JobHeartbeat:
             return None
 
     def _failed(self, error):
-        """Stop the work when the hub gave the job away; otherwise retry next beat."""
-        if isinstance(error, HubError) and _is_lost(error):
+        """Stop the work when the hub gave the job away, or refuses this device's token (it was
+        revoked, or enrolled again elsewhere: the job went back on the queue); otherwise retry
+        next beat."""
+        refused = isinstance(error, HubError) and error.status == 401
+        if isinstance(error, HubError) and (_is_lost(error) or refused):
             logger.info("job %s attempt %s lost: %s", self.job_id, self.attempt, error)
             self.lost = True
             self.cancel.set()

@@ -214,6 +214,7 @@ def _next_job(device, wait):
             # Woken: the device may have been revoked or drained while it waited.
             device.refresh_from_db(fields=["draining", "revoked_at"])
             if device.draining or device.revoked_at is not None:
+                waiters.wake(device.device_class_id)  # the news was for a device that may run it
                 return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
 
 
