@@ -69,6 +69,7 @@ class Device:
         self.failures = 0
         # time.time() when each ask was sent: a held ask is answered up to `wait` s later,
         # and a device is back when its ask lands, not when its wait ends.
+        self.asked = []  # every ask
         self.ok = []  # asks answered 200
         self.failed = []  # asks that failed
 
@@ -98,6 +99,7 @@ class Device:
         await asyncio.sleep(random.uniform(0, self.orders["ramp_s"]))
         while True:
             sent = time.time()
+            self.asked.append(sent)
             try:
                 status, body = await asyncio.wait_for(
                     self.ask(), self.orders["wait"] + ANSWER_GRACE_S
@@ -150,7 +152,7 @@ class Report:
         return {
             "statuses": self.statuses,
             "failures": self.first_failures,
-            "devices": [{"ok": d.ok, "failed": d.failed} for d in devices],
+            "devices": [{"asked": d.asked, "ok": d.ok, "failed": d.failed} for d in devices],
         }
 
 

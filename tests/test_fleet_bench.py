@@ -45,15 +45,15 @@ def test_the_workers_reconnect_policy_spreads_a_thousand_devices_over_seconds():
     assert spread["peak_share"] < fleet.PEAK_SECOND_SHARE
 
 
-def test_each_devices_first_success_after_the_kill_is_its_return():
+def test_asks_per_second_count_asks_sent_in_the_window_answered_or_still_held():
     summary = {
         "devices": [
-            {"ok": [1.0, 12.0, 30.0], "failed": [10.0, 11.0]},
-            {"ok": [2.0], "failed": [10.0]},  # never back
+            {"asked": [1.0, 10.0, 35.0, 61.0], "ok": [1.0, 10.0], "failed": []},
+            {"asked": [59.9], "ok": [], "failed": []},  # held when the run ended
         ]
     }
 
-    assert fleet.first_returns(summary, 10.0) == [12.0, None]
+    assert fleet.asks_between(summary, 5.0, 55.0) == 3
 
 
 def test_only_answers_other_than_200_count_as_failed_asks():
