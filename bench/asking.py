@@ -1,9 +1,9 @@
 """Simulated HTTPS-mode devices: many devices asking the hub for work, from one process.
 
 `python -m bench.asking` reads its orders as one line of JSON on stdin
-({"url": ..., "tokens": [...], "wait": 25, "ramp_s": 10}) and runs until stdin closes.
+({"url": ..., "tokens": [...], "wait": 50, "ramp_s": 10}) and runs until stdin closes.
 Each device keeps one keep-alive HTTP/1.1 connection and does what workers/https_mode.py's
-Asker does: ask `POST device/work {"wait": 25}`, ask again as soon as the answer comes
+Asker does: ask `POST device/work {"wait": 50}`, ask again as soon as the answer comes
 (a worker would run the job first), wait out `retry_after` when the hub says one, and after
 a failed ask (a dropped connection, a refused one, a 5xx) wait reconnect_delay(failures),
 imported from the worker, so the bench holds the worker's own policy.

@@ -1,6 +1,6 @@
 """Bench rows of a fleet in HTTPS mode: a thousand devices asking the hub for work.
 
-Every device here asks `POST device/work {"wait": 25}` again and again, as
+Every device here asks `POST device/work {"wait": 50}` again and again, as
 workers/https_mode.py's Asker does, from one asyncio process (bench/asking.py) on
 loopback. The hub is the device API alone (docker-compose.yml's devices service:
 gunicorn with HubWorker) with enough threads to hold a thousand asks at once:
@@ -45,11 +45,12 @@ from bench.stack import (
     wait_for,
 )
 from deployhub.gunicorn_worker import WORKER_CLASS
+from workers.https_mode import POLL_WAIT_S
 
 IDLE_DEVICES, IDLE_CLASSES = 1000, 4
 BUSY_DEVICES = 4  # the class that receives jobs in bench_fleet_dispatch
 RECONNECT_DEVICES = 300
-WAIT_S = 25  # what a worker asks for (workers/https_mode.POLL_WAIT_S)
+WAIT_S = POLL_WAIT_S  # what a worker asks for
 # First asks spread over one wait, so the asks come at a steady rate (devices / WAIT_S) from
 # the start; the window opens once they are all held.
 RAMP_S, WARMUP_S, SECONDS = WAIT_S, WAIT_S + 5, 60
@@ -58,6 +59,10 @@ RAMP_S, WARMUP_S, SECONDS = WAIT_S, WAIT_S + 5, 60
 # fleet. gunicorn does not share connections out evenly between its processes: with 520
 # threads each (516 asks), one process got more than its share and answered the rest "come
 # back later" (retry_after 1–5 s), 538 to 1,811 such answers a minute, which the CPU counted.
+# --preload: the port opens once Django is loaded, so devices coming back after a restart
+# are refused (and back off with jitter) instead of queueing in the listen backlog, all
+# answered at once when the workers are ready. Each process shares a pool of 16 database
+# connections (DATABASE_POOL_MAX_SIZE) among its threads, as docker-compose.yml's devices.
 FLEET_GUNICORN = (
     "--workers",
     "2",
@@ -67,7 +72,9 @@ FLEET_GUNICORN = (
     "2000",
     "--keep-alive",
     "75",
+    "--preload",
 )
+FLEET_ENV = {**DEVICE_ENV, "DATABASE_POOL_MAX_SIZE": "16"}
 IDLE_CPU_TARGET = 10  # % of one core for a thousand idle devices
 DISPATCH_JOBS, DISPATCH_WARMUP = 200, 20
 DISPATCH_P50_RATIO, DISPATCH_P99_MS = 2, 100
@@ -92,7 +99,7 @@ class DeviceApi:
 
     def start(self):
         command = ("-m", "gunicorn", "deployhub.wsgi", "-b", self.url.removeprefix("http://"))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2", **DEVICE_ENV}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2", **FLEET_ENV}
         self.process = subprocess.Popen(
             [sys.executable, *command, "-k", WORKER_CLASS, *self.options],
             cwd=ROOT,

@@ -173,6 +173,17 @@ DATABASES = {
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
+# A server with many threads (the device API, holding HTTPS devices' asks for work: 1,024
+# per process) shares a pool of this many connections per process instead of keeping one
+# per thread, which would outgrow PostgreSQL's max_connections. 0: no pool.
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": 10,  # a request waits this long for a connection, then fails (a 503)
+    }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The web server, the hub worker and the reaper share one file: wait, don't fail.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -288,9 +299,10 @@ DEPLOYHUB_HEARTBEAT_INTERVAL = env_int("DEPLOYHUB_HEARTBEAT_INTERVAL", 10)
 # A device missing heartbeats for this long is shown offline.
 DEPLOYHUB_OFFLINE_AFTER = env_int("DEPLOYHUB_OFFLINE_AFTER", 35)
 # HTTPS mode (POST /api/v1/device/work): the longest a device's ask for work is held open
-# (under DEPLOYHUB_OFFLINE_AFTER: each ask counts as a heartbeat), and how many asks one hub
+# (each ask counts as a heartbeat: an HTTPS device shows offline after this and 15 s more;
+# under the 60 s at which common proxies drop an idle request), and how many asks one hub
 # process holds at once (0: its server's threads less a few, so other calls are served).
-DEPLOYHUB_POLL_SECONDS = env_int("DEPLOYHUB_POLL_SECONDS", 25)
+DEPLOYHUB_POLL_SECONDS = env_int("DEPLOYHUB_POLL_SECONDS", 50)
 DEPLOYHUB_POLL_MAX_WAITERS = env_int("DEPLOYHUB_POLL_MAX_WAITERS", 0)
 
 # Text that everyone then reads. A person's longer text is refused, saying so; a device's

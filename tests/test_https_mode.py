@@ -204,3 +204,21 @@ def test_a_device_revoked_while_it_waits_is_handed_no_job(
     assert answers and answers[0]["job"] is None
     job.refresh_from_db()
     assert job.state == JobState.QUEUED and job.device is None
+
+
+def test_a_device_api_with_many_threads_can_share_a_pool_of_connections():
+    import json
+
+    from tests.conftest import hub_started_with
+
+    code = (
+        "from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(json.dumps([d['CONN_MAX_AGE'], d['OPTIONS'].get('pool')]))"
+    )
+    postgres = "postgres://deployhub@db.example:5432/deployhub"
+    pooled = hub_started_with(code, DATABASE_URL=postgres, DATABASE_POOL_MAX_SIZE="20")
+    assert pooled.returncode == 0, pooled.stderr[-2000:]
+    max_age, pool = json.loads(pooled.stdout)
+    assert max_age == 0 and pool["max_size"] == 20  # a pool, not a connection per thread
+    kept = hub_started_with(code, DATABASE_URL=postgres)
+    assert json.loads(kept.stdout) == [60, None]

@@ -21,7 +21,7 @@ from workers.client import RETRY_STATUSES, HubError, HubUnreachable, Unauthorize
 
 logger = logging.getLogger("workers.https_mode")
 
-POLL_WAIT_S = 25  # the hub caps it (DEPLOYHUB_POLL_SECONDS)
+POLL_WAIT_S = 50  # the hub caps it (DEPLOYHUB_POLL_SECONDS)
 BACKOFF_BASE_S = 2.0
 BACKOFF_CAP_S = 60.0
 

@@ -33,9 +33,7 @@ def parse_user_agent(value):
     A worker from before protocol 2 sends plain `deployhub-worker`: version unknown,
     protocol 1.
     """
-    words = dict(
-        part.split("/", 1) for part in (value or "").split() if part.count("/") == 1
-    )
+    words = dict(part.split("/", 1) for part in (value or "").split() if part.count("/") == 1)
     if "deployhub-worker" not in (value or "").split("/")[0].split():
         return None, None
     protocol = words.get("protocol", "1")

@@ -158,10 +158,27 @@ def hash_token(token):
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def offline_after(delivery):
+    """Seconds without a heartbeat after which a device shows offline. A device in HTTPS
+    mode heartbeats by asking for work, and the hub may hold an ask DEPLOYHUB_POLL_SECONDS:
+    it is given that long more."""
+    if delivery == Delivery.HTTPS:
+        return max(settings.DEPLOYHUB_OFFLINE_AFTER, settings.DEPLOYHUB_POLL_SECONDS + 15)
+    return settings.DEPLOYHUB_OFFLINE_AFTER
+
+
+def online_filter(now=None):
+    """The Q that keeps online devices, whichever way each takes its work."""
+    now = now or timezone.now()
+    since = lambda delivery: now - timedelta(seconds=offline_after(delivery))  # noqa: E731
+    return models.Q(last_heartbeat_at__gte=since(Delivery.BROKER)) | models.Q(
+        delivery=Delivery.HTTPS, last_heartbeat_at__gte=since(Delivery.HTTPS)
+    )
+
+
 class DeviceQuerySet(models.QuerySet):
     def online(self):
-        cutoff = timezone.now() - timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER)
-        return self.filter(last_heartbeat_at__gte=cutoff)
+        return self.filter(online_filter())
 
 
 class DeviceManager(models.Manager.from_queryset(DeviceQuerySet)):
@@ -258,7 +275,7 @@ class Device(models.Model):
         if self.last_heartbeat_at is None:
             return False
         age = timezone.now() - self.last_heartbeat_at
-        return age <= timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER)
+        return age <= timedelta(seconds=offline_after(self.delivery))
 
     @property
     def state(self):

@@ -8,7 +8,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import NotSupportedError, transaction
+from django.db import NotSupportedError, connection, transaction
 from django.utils import timezone
 
 from deployhub.devices.models import DeviceClass
@@ -177,15 +177,26 @@ def take_next_job(device):
     """
     if device.draining:
         return None
-    queued = Job.objects.filter(device_class_id=device.device_class_id, state=JobState.QUEUED)
-    candidates = queued.order_by("pk").values_list("pk", "attempt")[:NEXT_JOB_CANDIDATES]
-    for job_id, attempt in candidates:
+    for job_id, attempt in _oldest_queued(device.device_class_id):
         with transaction.atomic():
             job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
             if job is not None:
                 _record_claim(job, device, attempt)
                 return job
     return None
+
+
+def _oldest_queued(device_class_id):
+    """The (id, attempt) of the class's oldest queued jobs. Written out: every ask for work
+    runs it, and the ORM took twice as long to compile it as the database to run it."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    sql = (
+        f"SELECT id, attempt FROM {table} WHERE device_class_id = %s AND state = %s "
+        f"ORDER BY id LIMIT {NEXT_JOB_CANDIDATES}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [device_class_id, JobState.QUEUED])
+        return cursor.fetchall()
 
 
 def claim_for_token(job_id, token, address, attempt):

@@ -1,12 +1,10 @@
 """Where work waits: each class's queued jobs, the oldest one, and whether a device is
 online to take them (the fleet page, a job's page, an auto run's page, /metrics)."""
 
-from datetime import timedelta
-
-from django.conf import settings
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
+from deployhub.devices.models import online_filter
 from deployhub.jobs.models import Job, JobState
 
 
@@ -41,7 +39,7 @@ def no_device_notice(device_class, now=None):
     Revoked devices do not count. Two queries: its devices' heartbeats, then its queue.
     """
     now = now or timezone.now()
-    online = Q(last_heartbeat_at__gte=now - timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER))
+    online = online_filter(now)
     devices = device_class.devices.filter(revoked_at__isnull=True).aggregate(
         last=Max("last_heartbeat_at"),
         taking=Count("pk", filter=online & Q(draining=False)),

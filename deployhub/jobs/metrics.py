@@ -26,7 +26,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from deployhub.devices.models import Device, DeviceClass
+from deployhub.devices.models import Device, DeviceClass, online_filter
 from deployhub.jobs.backlog import queue_figures
 from deployhub.jobs.models import ClaimRefusals, Job, JobState
 from deployhub.teams.throttle import client_address
@@ -92,7 +92,8 @@ class FleetCollector:
         online = GaugeMetricFamily(
             "deployhub_devices_online",
             f"Devices that sent a heartbeat in the last {settings.DEPLOYHUB_OFFLINE_AFTER} s "
-            "(DEPLOYHUB_OFFLINE_AFTER), by device class and delivery mode.",
+            "(DEPLOYHUB_OFFLINE_AFTER; HTTPS devices: asked for work within "
+            "DEPLOYHUB_POLL_SECONDS + 15 s), by device class and delivery mode.",
             labels=labels,
         )
         silent = GaugeMetricFamily(
@@ -100,13 +101,12 @@ class FleetCollector:
             "Devices reported silent (past their class's silent_after_minutes) and not back.",
             labels=labels,
         )
-        cutoff = now - timedelta(seconds=settings.DEPLOYHUB_OFFLINE_AFTER)
         rows = (
             Device.objects.filter(revoked_at__isnull=True)
             .values_list("device_class__slug", "delivery")
             .annotate(
                 registered=Count("pk"),
-                online=Count("pk", filter=Q(last_heartbeat_at__gte=cutoff)),
+                online=Count("pk", filter=online_filter(now)),
                 silent=Count("pk", filter=Q(silence_reported_at__isnull=False)),
             )
         )

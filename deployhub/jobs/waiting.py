@@ -165,8 +165,10 @@ def _listen(waiters):
 
 
 def _listen_once(waiters):
-    database = connections["default"]
-    raw = database.get_new_connection(database.get_connection_params())
+    import psycopg  # PostgreSQL's only
+
+    # A connection of its own, never one of a pool (DATABASE_POOL_MAX_SIZE): it is held.
+    raw = psycopg.connect(**connections["default"].get_connection_params())
     try:
         raw.autocommit = True
         raw.execute(f"LISTEN {CHANNEL}")
