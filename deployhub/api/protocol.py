@@ -199,9 +199,13 @@ def _next_job(device, wait):
         job = actions.take_next_job(device)
         return job, 0 if job is not None else round(random.uniform(1, 5), 1)
     deadline = time.monotonic() + wait
+    woken = False
     with waiters.registered(device.device_class_id) as condition:
         while True:
-            job = actions.take_next_job(device)
+            job = actions.take_next_job(device)  # none for a device drained or revoked now
+            if job is None and woken and _taken_off(device):
+                waiters.wake(device.device_class_id)  # the news was for a device that may run it
+                return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
             remaining = deadline - time.monotonic()
             if job is not None or remaining <= 0:
                 return job, 0
@@ -209,13 +213,15 @@ def _next_job(device, wait):
             # one is opened again when there is news.
             if not connection.in_atomic_block:
                 connection.close()
-            if not waiters.wait(device.device_class_id, condition, remaining):
+            woken = waiters.wait(device.device_class_id, condition, remaining)
+            if not woken:
                 return None, 0
-            # Woken: the device may have been revoked or drained while it waited.
-            device.refresh_from_db(fields=["draining", "revoked_at"])
-            if device.draining or device.revoked_at is not None:
-                waiters.wake(device.device_class_id)  # the news was for a device that may run it
-                return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
+
+
+def _taken_off(device):
+    """True when the device was drained or revoked while its ask waited (read again)."""
+    device.refresh_from_db(fields=["draining", "revoked_at"])
+    return device.draining or device.revoked_at is not None
 
 
 @require_POST

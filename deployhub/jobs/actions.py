@@ -177,7 +177,7 @@ def take_next_job(device):
     """
     if device.draining:
         return None
-    for job_id, attempt in _oldest_queued(device.device_class_id):
+    for job_id, attempt in _oldest_queued(device):
         with transaction.atomic():
             job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
             if job is not None:
@@ -186,16 +186,19 @@ def take_next_job(device):
     return None
 
 
-def _oldest_queued(device_class_id):
-    """The (id, attempt) of the class's oldest queued jobs. Written out: every ask for work
-    runs it, and the ORM took twice as long to compile it as the database to run it."""
-    table = connection.ops.quote_name(Job._meta.db_table)
+def _oldest_queued(device):
+    """The (id, attempt) of the class's oldest queued jobs, none when the device is draining
+    or revoked now (it may have been drained while its ask waited). Written out: every ask
+    for work runs it, and the ORM took twice as long to compile it as the database to run it."""
+    quote = connection.ops.quote_name
+    jobs, devices = quote(Job._meta.db_table), quote(type(device)._meta.db_table)
     sql = (
-        f"SELECT id, attempt FROM {table} WHERE device_class_id = %s AND state = %s "
-        f"ORDER BY id LIMIT {NEXT_JOB_CANDIDATES}"
+        f"SELECT id, attempt FROM {jobs} WHERE device_class_id = %s AND state = %s "
+        f"AND EXISTS (SELECT 1 FROM {devices} WHERE id = %s AND NOT draining "
+        f"AND revoked_at IS NULL) ORDER BY id LIMIT {NEXT_JOB_CANDIDATES}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [device_class_id, JobState.QUEUED])
+        cursor.execute(sql, [device.device_class_id, JobState.QUEUED, device.pk])
         return cursor.fetchall()
 
 
