@@ -306,6 +306,23 @@ def wait_until(predicate, timeout, what, interval=0.1, on_timeout=lambda: ""):
     pytest.fail(f"timed out after {timeout} s waiting for {what}\n{on_timeout()}")
 
 
+def worker_ready(worker, device):
+    """Wait until the worker has heartbeated and says it is ready for work; return it."""
+    wait_until(
+        lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,
+        timeout=60,
+        what=f"worker {device.name} to heartbeat",
+        on_timeout=worker.output,
+    )
+    wait_until(
+        lambda: "ready" in worker.output(),
+        timeout=60,
+        what=f"worker {device.name} to be ready for work",
+        on_timeout=worker.output,
+    )
+    return worker
+
+
 @pytest.fixture
 def start_worker(live_server, tmp_path):
     """Start real worker processes against the live hub; stop them after the test.
@@ -319,19 +336,7 @@ def start_worker(live_server, tmp_path):
         log = tmp_path / f"worker-{device.name}.log"
         worker = WorkerProcess(live_server.url, token, log, env, python, mode)
         started.append(worker)
-        wait_until(
-            lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,
-            timeout=60,
-            what=f"worker {device.name} to heartbeat",
-            on_timeout=worker.output,
-        )
-        wait_until(
-            lambda: "ready" in worker.output(),
-            timeout=60,
-            what=f"worker {device.name}'s consumer to be ready",
-            on_timeout=worker.output,
-        )
-        return worker
+        return worker_ready(worker, device)
 
     yield start
     for worker in started:

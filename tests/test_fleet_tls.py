@@ -16,7 +16,7 @@ from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import Device
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
-from tests.conftest import WorkerProcess, job_finished, wait_until
+from tests.conftest import WorkerProcess, job_finished, worker_ready
 from tests.tls_proxies import ConnectProxy, TlsProxy, private_ca
 from workers.client import HubClient, HubUntrusted
 
@@ -79,23 +79,6 @@ def https_worker(tmp_path):
         worker.stop()
 
 
-def ready(worker, device):
-    """Wait until the worker heartbeats and asks for work; return it."""
-    wait_until(
-        lambda: Device.objects.get(pk=device.pk).last_heartbeat_at,
-        timeout=60,
-        what=f"worker {device.name} to heartbeat",
-        on_timeout=worker.output,
-    )
-    wait_until(
-        lambda: "ready" in worker.output(),
-        timeout=60,
-        what=f"worker {device.name} to ask for work",
-        on_timeout=worker.output,
-    )
-    return worker
-
-
 def benchmark(version, device_class, alice):
     return submit_job(
         team=version.team,
@@ -128,7 +111,7 @@ def test_a_worker_given_the_private_ca_runs_a_job_through_the_tls_proxy(
 ):
     device, token = make_device()
     env = {"REQUESTS_CA_BUNDLE": str(ca.ca_pem), "CURL_CA_BUNDLE": ""}
-    worker = ready(https_worker(device, token, tls_proxy.url, env), device)
+    worker = worker_ready(https_worker(device, token, tls_proxy.url, env), device)
     assert f"asking {tls_proxy.url} for work over HTTPS" in worker.output()
 
     job = job_finished(benchmark(version, device_class, alice), worker)
@@ -173,7 +156,7 @@ def test_a_worker_behind_an_http_proxy_tunnels_to_the_hub_and_runs_a_job(
             "HTTPS_PROXY": connect.url,
             "NO_PROXY": "",
         }
-        worker = ready(https_worker(device, token, tls_proxy.url, env), device)
+        worker = worker_ready(https_worker(device, token, tls_proxy.url, env), device)
 
         job = job_finished(benchmark(version, device_class, alice), worker)
     finally:
