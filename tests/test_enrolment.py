@@ -3,8 +3,9 @@
 A team admin makes an enrolment token on the class page or through the API (its secret
 shown once), and a device posts it to /api/v1/enrol with its host name and machine id:
 it becomes an HTTPS device of the class with a device token of its own, and the same
-machine enrolling again gets its device back with a fresh token. A revoked device's
-token stops working and the job it was running goes back on the queue.
+machine enrolling again gets its device back with a fresh token (a revoked device stays
+revoked: the machine becomes a new one). A revoked device's token stops working and the
+job it was running goes back on the queue.
 """
 
 import json
@@ -17,8 +18,8 @@ from django.utils import timezone
 
 from deployhub.devices.actions import create_enrolment_token, revoke_device
 from deployhub.devices.models import Delivery, Device, EnrolmentToken
-from deployhub.jobs.actions import claim_job
-from deployhub.jobs.models import Job, JobState
+from deployhub.jobs.actions import claim_job, submit_job
+from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.teams.models import Event, TokenFailures
 from tests.api_calls import call, token_for
 from tests.conftest import PASSWORD
@@ -229,10 +230,14 @@ def test_enrolling_makes_an_https_device_of_the_class_with_a_token_of_its_own(
 
 
 def test_enrolling_the_same_machine_again_gives_its_device_a_fresh_token(
-    client, device_class, secret, alice
+    client, device_class, secret, version, alice
 ):
     first = enrol(client, secret).json()
-    revoke_device(Device.objects.get(pk=first["device"]["id"]), alice)
+    device = Device.objects.get(pk=first["device"]["id"])
+    running = submit_job(
+        team=version.team, kind=JobKind.NOOP, device_class=device_class, user=alice
+    )
+    Job.objects.filter(pk=running.pk).update(state=JobState.RUNNING, device=device)
 
     again = enrol(client, secret, name="edge-1")
 
@@ -242,14 +247,34 @@ def test_enrolling_the_same_machine_again_gives_its_device_a_fresh_token(
     assert body["token"] != first["token"]
     assert call(client, first["token"], "device", method="get").status_code == 401
     assert call(client, body["token"], "device", method="get").status_code == 200
-    device = Device.objects.get(pk=body["device"]["id"])
-    assert device.revoked_at is None and Device.objects.count() == 1
+    assert Device.objects.count() == 1
     assert record_of(device_class).uses == 1  # enrolling again takes no use
+    running.refresh_from_db()  # the old token's worker finishes nothing: the job runs again
+    assert (running.state, running.attempt, running.device) == (JobState.QUEUED, 2, None)
+    assert "enrolled again" in running.log
     assert verbs(target_type="device", target_id=device.pk) == [
         "device.enrolled",
-        "device.revoked",
         "device.re_enrolled",
     ]
+
+
+def test_a_revoked_device_stays_revoked_when_its_machine_enrols_again(
+    client, device_class, secret, alice
+):
+    first = enrol(client, secret).json()
+    old = Device.objects.get(pk=first["device"]["id"])
+    revoke_device(old, alice)
+
+    again = enrol(client, secret, name="edge-1")
+
+    assert again.status_code == 201  # a new device, counted: a revoke is never undone
+    body = again.json()
+    assert body["created"] is True and body["device"]["id"] != old.pk
+    assert body["device"]["name"] == "edge-1"
+    old.refresh_from_db()
+    assert old.revoked_at is not None and old.name == f"edge-1-revoked-{old.pk}"
+    assert call(client, first["token"], "device", method="get").status_code == 401
+    assert record_of(device_class).uses == 2
 
 
 def test_a_token_enrols_no_more_than_its_max_devices(client, device_class, alice):

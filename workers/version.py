@@ -37,4 +37,5 @@ def parse_user_agent(value):
     if "deployhub-worker" not in (value or "").split("/")[0].split():
         return None, None
     protocol = words.get("protocol", "1")
-    return words.get("deployhub-worker"), int(protocol) if protocol.isdigit() else None
+    readable = protocol.isascii() and protocol.isdigit() and len(protocol) < 10  # not "²"
+    return words.get("deployhub-worker"), int(protocol) if readable else None

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from deployhub import worker_dist
 from deployhub.devices.models import Delivery, Device, EnrolmentToken, hash_token
+from deployhub.devices.signals import device_revoked
 from deployhub.teams.models import Event
 from workers.version import parse_user_agent
 
@@ -50,11 +51,20 @@ def enrol(secret, name, machine_id, user_agent=""):
     with transaction.atomic():
         record = _locked_token(secret)
         device_class = record.device_class
-        existing = device_class.devices.filter(machine_id=machine_id).select_for_update().first()
+        # A revoked device stays revoked: its machine enrolling again becomes a new device,
+        # counted against the token (only an admin's revoke ends a device for good).
+        existing = (
+            device_class.devices.filter(machine_id=machine_id, revoked_at__isnull=True)
+            .select_for_update()
+            .first()
+        )
         if refusal := record.refusal(new_device=existing is None):
             raise EnrolmentRefused(refusal)
         device = existing or Device(device_class=device_class, machine_id=machine_id)
         token = _enrolled(device, record, name, user_agent)
+        if existing is not None:  # its old token stopped working: so did the job it ran
+            why = f"device {existing} enrolled again, and its old token stopped working"
+            device_revoked.send(Device, device=existing, user=None, why=why)
         if existing is None:
             record.uses += 1
             record.save(update_fields=["uses"])
@@ -65,7 +75,6 @@ def enrol(secret, name, machine_id, user_agent=""):
             device,
             enrolment_token=record.pk,
             uses=record.uses,
-            machine_id=machine_id,
             worker_version=device.worker_version,
         )
     return Enrolment(device, token, created=existing is None)
@@ -84,12 +93,13 @@ def _locked_token(secret):
 
 def _enrolled(device, record, name, user_agent):
     """Set what enrolment says of the device, save it with a new token and return the token."""
-    if device.device_class.devices.filter(name=name).exclude(pk=device.pk).exists():
+    others = device.device_class.devices.filter(name=name).exclude(pk=device.pk)
+    _rename_revoked_same_machine(others, device.machine_id)
+    if others.exists():
         raise NameTaken(_name_taken(device.device_class, name))
     device.name = name
     device.enrolled_with = record
     device.delivery = Delivery.HTTPS
-    device.revoked_at = None
     version, protocol = parse_user_agent(user_agent)
     device.worker_version = (version or "")[: Device._meta.get_field("worker_version").max_length]
     device.protocol_version = protocol if protocol is not None and protocol < 2**31 else None
@@ -100,6 +110,14 @@ def _enrolled(device, record, name, user_agent):
     except IntegrityError as exc:
         raise NameTaken(_name_taken(device.device_class, name)) from exc
     return token
+
+
+def _rename_revoked_same_machine(others, machine_id):
+    """A revoked device of this machine leaves its name to the machine's new device: it is
+    kept, for its history, as "<name>-revoked-<id>"."""
+    for old in others.filter(machine_id=machine_id, revoked_at__isnull=False):
+        old.name = f"{old.name[:80]}-revoked-{old.pk}"
+        old.save(update_fields=["name"])
 
 
 def _name_taken(device_class, name):

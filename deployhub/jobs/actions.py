@@ -404,7 +404,7 @@ def _requeue(job, why):
     _enqueue(job)
 
 
-def take_back_from_revoked(device, user=None):
+def take_back_from_revoked(device, user=None, why=None):
     """Put the job a revoked device was running back on the queue at once, rather than when
     its lease expires (or end it as the reaper would: a cancel was asked for, or it has
     no attempt left). Return the jobs taken back."""
@@ -414,7 +414,7 @@ def take_back_from_revoked(device, user=None):
         with transaction.atomic():
             job = _locked(job_id)
             if job.state == JobState.RUNNING and job.device_id == device.pk:
-                _take_back(job, f"device {device} was revoked", user)
+                _take_back(job, why or f"device {device} was revoked", user)
                 taken.append(job)
     return taken
 

@@ -25,8 +25,8 @@ class JobsConfig(AppConfig):
         device_revoked.connect(_take_back_jobs, dispatch_uid="jobs.device_revoked")
 
 
-def _take_back_jobs(sender, device, user=None, **kwargs):
-    """A revoked device finishes nothing: its running job goes back on the queue at once."""
+def _take_back_jobs(sender, device, user=None, why=None, **kwargs):
+    """A device whose token ended finishes nothing: its running job goes back on the queue."""
     from deployhub.jobs.actions import take_back_from_revoked
 
-    take_back_from_revoked(device, user)
+    take_back_from_revoked(device, user, why)
