@@ -176,3 +176,17 @@ def test_a_worker_the_hub_does_not_speak_stops_at_start_saying_what_to_install(
     assert f'pip install "deployhub[worker] @ {wheel_url(live_server.url)}"' in done.stderr
     device.refresh_from_db()
     assert device.protocol_version == 99 and device.last_heartbeat_at is None
+
+
+@pytest.mark.parametrize("protocol", ["²", "9" * 5000, "-1", "two"])
+def test_a_protocol_that_is_not_a_number_is_read_as_none_never_a_500(client, job, protocol):
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/claim",
+        json.dumps({"attempt": 1}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Bearer dht_made-up",
+        HTTP_USER_AGENT=agent(protocol),
+    )
+    assert response.status_code in (401, 426), response.content
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
