@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,21 +92,44 @@ def older_than_hub(version):
 
 _lock = threading.Lock()
 _wheels = {}  # (prebuilt setting, var folder) -> Wheel, once per process
+_failures = {}  # the same key -> (when, WheelUnavailable): a failed build is not retried at once
+# Anyone may ask for the wheel: a build that failed is said again for this long before the
+# next try, and a request waits this long for another's build before it is told to come back.
+RETRY_FAILED_BUILD_S = 60
+BUILD_WAIT_S = 30
 
 
 def worker_wheel():
     """Return this hub's worker Wheel: DEPLOYHUB_WORKER_WHEEL's, else built from source once.
 
-    Raises WheelUnavailable, saying why, when there is neither.
+    Raises WheelUnavailable, saying why, when there is neither (for a minute, without trying
+    again), or when another request's build is still running.
     """
     key = (settings.DEPLOYHUB_WORKER_WHEEL, str(settings.VAR_DIR))
-    with _lock:
+    if not _lock.acquire(timeout=BUILD_WAIT_S):
+        raise WheelUnavailable("The worker wheel is being built: ask again in a minute.")
+    try:
         wheel = _wheels.get(key)
         if wheel is None or not wheel.path.is_file():
-            prebuilt = settings.DEPLOYHUB_WORKER_WHEEL
-            wheel = _prebuilt(Path(prebuilt)) if prebuilt else _from_source(settings.BASE_DIR)
-            _wheels[key] = wheel
+            _wheels[key] = wheel = _wheel_or_failure(key)
         return wheel
+    finally:
+        _lock.release()
+
+
+def _wheel_or_failure(key):
+    """Find or build the wheel; a failure is kept and raised again for a minute."""
+    failed_at, failure = _failures.get(key, (None, None))
+    if failure is not None and time.monotonic() - failed_at < RETRY_FAILED_BUILD_S:
+        raise failure
+    prebuilt = settings.DEPLOYHUB_WORKER_WHEEL
+    try:
+        wheel = _prebuilt(Path(prebuilt)) if prebuilt else _from_source(settings.BASE_DIR)
+    except WheelUnavailable as exc:
+        _failures[key] = (time.monotonic(), exc)
+        raise
+    _failures.pop(key, None)
+    return wheel
 
 
 def _prebuilt(path):

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.devices.models import Delivery
+from deployhub.devices.models import Delivery, Device
 from deployhub.jobs.actions import reap_expired_jobs, submit_job
 from deployhub.jobs.models import Job, JobKind, JobState
 from tests.api_calls import call
@@ -222,3 +222,58 @@ def test_a_device_api_with_many_threads_can_share_a_pool_of_connections():
     assert max_age == 0 and pool["max_size"] == 20  # a pool, not a connection per thread
     kept = hub_started_with(code, DATABASE_URL=postgres)
     assert json.loads(kept.stdout) == [60, None]
+
+
+def test_jobs_queued_together_reach_every_waiting_device(
+    client, make_device, version, device_class, alice
+):
+    """PostgreSQL delivers identical notifications of one transaction once: auto mode queues
+    its grid of builds in one, and every device waiting must hear of its job."""
+    from django.db import transaction
+
+    devices = [make_device() for _ in range(3)]
+    answers, threads = [], []
+    for _, token in devices:
+        threads.append(asking_in_a_thread(client, token, 20, answers))
+    try:
+        while Device.objects.filter(last_heartbeat_at__isnull=False).count() < 3:
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.3)  # the three asks are held
+        with transaction.atomic():
+            jobs = queue(version, device_class, alice, 3)
+    finally:
+        for thread in threads:
+            thread.join(30)
+    assert sorted(a["job"]["id"] for a in answers if a["job"]) == sorted(j.pk for j in jobs)
+
+
+def test_a_device_s_second_ask_is_not_held_while_its_first_is(client, make_device):
+    device, token = make_device()
+    first = asking_in_a_thread(client, token, 3, [])
+    try:
+        from deployhub.jobs.waiting import WAITERS
+
+        while not WAITERS.holds_ask_of(device.pk) and first.is_alive():
+            threading.Event().wait(0.01)
+        answer = ask(client, token, wait=20)
+    finally:
+        first.join(10)
+    assert answer["job"] is None and 1 <= answer["retry_after"] <= 5
+
+
+def test_a_device_deleted_while_it_waits_gets_an_answer_not_a_500(
+    client, make_device, version, device_class, alice
+):
+    device, token = make_device()
+    answers = []
+    asking = asking_in_a_thread(client, token, 20, answers)
+    try:
+        while asking.is_alive():
+            if Device.objects.filter(pk=device.pk, last_heartbeat_at__isnull=False).exists():
+                threading.Event().wait(0.3)
+                Device.objects.filter(pk=device.pk).delete()
+                queue(version, device_class, alice)
+                break
+    finally:
+        asking.join(30)
+    assert answers and answers[0]["job"] is None

@@ -134,6 +134,23 @@ def test_a_hub_without_its_source_says_to_name_its_wheel(own_var, settings, tmp_
     assert "set DEPLOYHUB_WORKER_WHEEL" in response.content.decode()
 
 
+def test_a_failed_build_is_said_again_for_a_minute_without_building_again(
+    own_var, settings, tmp_path, monkeypatch
+):
+    settings.BASE_DIR = tmp_path / "no-source"
+    tries = []
+    from_source = worker_dist._from_source
+    monkeypatch.setattr(
+        worker_dist, "_from_source", lambda root: tries.append(1) or from_source(root)
+    )
+
+    answers = [Client().get(f"/downloads/{WHEEL}").status_code for _ in range(5)]
+
+    assert answers == [503] * 5 and len(tries) == 1  # an anonymous caller cannot make it build
+    monkeypatch.setattr(worker_dist, "RETRY_FAILED_BUILD_S", 0)
+    assert Client().get(f"/downloads/{WHEEL}").status_code == 503 and len(tries) == 2
+
+
 def test_a_hub_serves_the_prebuilt_wheel_it_is_told_of(own_var, settings, tmp_path):
     prebuilt = tmp_path / "dist" / "any-name.whl"
     prebuilt.parent.mkdir()

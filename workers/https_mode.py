@@ -64,7 +64,10 @@ class Asker:
         except Unauthorized:
             raise  # a revoked device or a refused worker: nothing to wait for
         except HubError as error:
-            if not (isinstance(error, HubUnreachable) or error.status in RETRY_STATUSES):
+            # A hub that is away, throttling, or failing (a 500 is the hub's fault, not this
+            # device's): ask again later. Any other answer (401, 426) stops the worker.
+            failing = error.status is not None and error.status >= 500
+            if not (isinstance(error, HubUnreachable) or failing or error.status in RETRY_STATUSES):
                 raise
             self.failures += 1
             delay = reconnect_delay(self.failures)

@@ -193,16 +193,18 @@ def _next_job(device, wait):
     if device.draining:
         return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
     waiters = waiting.WAITERS
-    if wait and waiters.count >= waiting.max_waiters():
-        # Every thread this process may hold is holding an ask: answer now, and spread
-        # the askers' return over a few seconds so the other calls keep being served.
-        job = actions.take_next_job(device)
+    held = waiters.holds_ask_of(device.pk)  # a second ask of one device is never held
+    if wait and (held or waiters.count >= waiting.max_waiters()):
+        # Every thread this process may hold is holding an ask, or one of this device's
+        # (one device never takes the threads every team's devices share): answer now,
+        # and spread the askers' return over a few seconds.
+        job = _take_next(device)
         return job, 0 if job is not None else round(random.uniform(1, 5), 1)
     deadline = time.monotonic() + wait
     woken = False
-    with waiters.registered(device.device_class_id) as condition:
+    with waiters.registered(device.device_class_id, device.pk) as condition:
         while True:
-            job = actions.take_next_job(device)  # none for a device drained or revoked now
+            job = _take_next(device)  # none for a device drained or revoked now
             if job is None and woken and _taken_off(device):
                 waiters.wake(device.device_class_id)  # the news was for a device that may run it
                 return None, settings.DEPLOYHUB_HEARTBEAT_INTERVAL
@@ -218,9 +220,22 @@ def _next_job(device, wait):
                 return None, 0
 
 
+def _take_next(device):
+    """The class's next job for the device, looking again while others outrun it to the
+    jobs it found (a burst of jobs woke more devices than the look could offer)."""
+    while True:
+        try:
+            return actions.take_next_job(device)
+        except actions.Outrun:
+            continue
+
+
 def _taken_off(device):
-    """True when the device was drained or revoked while its ask waited (read again)."""
-    device.refresh_from_db(fields=["draining", "revoked_at"])
+    """True when the device was drained, revoked or deleted while its ask waited."""
+    try:
+        device.refresh_from_db(fields=["draining", "revoked_at"])
+    except type(device).DoesNotExist:
+        return True
     return device.draining or device.revoked_at is not None
 
 

@@ -47,7 +47,7 @@ def _enqueue(job):
     device of the class takes work from the broker, and always to the devices that ask
     for work over HTTPS (waiting.announce)."""
     device_class = job.device_class
-    waiting.announce(device_class.pk)  # on PostgreSQL: leaves at commit, with the job
+    waiting.announce(device_class.pk, job.pk)  # on PostgreSQL: leaves at commit, with the job
     if device_class.delivers_by_broker():
         transaction.on_commit(lambda: send_job(job.pk, job.attempt, device_class.queue))
     else:  # nothing consumes the queue: the database carries the job to its devices
@@ -169,20 +169,28 @@ def _refusal_reason(refusal):
 NEXT_JOB_CANDIDATES = 8
 
 
+class Outrun(Exception):
+    """Every queued job take_next_job found was taken by other devices first: look again."""
+
+
 def take_next_job(device):
     """Give the device its class's oldest queued job, claimed as claim_job does; or None.
 
     Two statements whatever the backlog: the oldest few queued jobs of the class (an
     index holds only queued jobs, by class), then a take of the first one still free.
+    Raises Outrun when it found jobs but others took them all first.
     """
     if device.draining:
         return None
-    for job_id, attempt in _oldest_queued(device):
+    candidates = _oldest_queued(device)
+    for job_id, attempt in candidates:
         with transaction.atomic():
             job = Job.objects.take(job_id, device, attempt, lease_expires_at=_lease_end())
             if job is not None:
                 _record_claim(job, device, attempt)
                 return job
+    if candidates:
+        raise Outrun(f"{len(candidates)} queued job(s) taken by others first")
     return None
 
 

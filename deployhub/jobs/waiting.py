@@ -48,6 +48,7 @@ class Waiters:
         self._conditions = {}  # class id -> Condition
         self._waiting = {}  # class id -> devices registered
         self._news = {}  # class id -> wake-ups not yet taken (at most one per waiter)
+        self._devices = set()  # devices holding an ask here: one each
         self._listener = None
         self.stopping = threading.Event()
         self.last_waiter_at = time.monotonic()
@@ -61,10 +62,16 @@ class Waiters:
         with self._lock:
             return [class_id for class_id, n in self._waiting.items() if n]
 
+    def holds_ask_of(self, device_id):
+        """True when this process already holds an ask of the device."""
+        with self._lock:
+            return device_id in self._devices
+
     @contextmanager
-    def registered(self, class_id):
+    def registered(self, class_id, device_id=None):
         """Count the caller as waiting on the class while the block runs."""
         with self._lock:
+            self._devices.add(device_id)
             self._waiting[class_id] = self._waiting.get(class_id, 0) + 1
             condition = self._conditions.setdefault(class_id, threading.Condition(self._lock))
         self._ensure_listener()
@@ -72,6 +79,7 @@ class Waiters:
             yield condition
         finally:
             with self._lock:
+                self._devices.discard(device_id)
                 self.last_waiter_at = time.monotonic()
                 self._waiting[class_id] -= 1
                 self._news[class_id] = min(self._news.get(class_id, 0), self._waiting[class_id])
@@ -102,10 +110,17 @@ class Waiters:
             self.wake(class_id, everyone=True)
 
     def idle(self):
-        """True when the listener may end: asked to stop, or nobody has waited for a while."""
-        if self.stopping.is_set():
-            return True
-        return not self.count and time.monotonic() - self.last_waiter_at > IDLE_EXIT_S
+        """True when the listener may end: asked to stop, or nobody has waited for a while;
+        then it is forgotten at once, so the next waiter starts another (decided under the
+        lock waiters register under: none can register between the look and the end)."""
+        with self._lock:
+            nobody = not any(self._waiting.values())
+            ending = self.stopping.is_set() or (
+                nobody and time.monotonic() - self.last_waiter_at > IDLE_EXIT_S
+            )
+            if ending and self._listener is threading.current_thread():
+                self._listener = None
+            return ending
 
     def stop_listening(self, timeout=5.0):
         """End this process's listener and close its connection (a test database's end)."""
@@ -139,25 +154,36 @@ def max_waiters():
     return UNBOUNDED_WAITERS  # a server without a fixed thread count (runserver, tests)
 
 
-def announce(device_class_id):
+def announce(device_class_id, job_id):
     """Tell every hub process's waiters of the class that a job is queued for it.
 
     On PostgreSQL inside a transaction the news leaves when it commits; elsewhere the
-    waiters' processes find the job themselves (_poll).
+    waiters' processes find the job themselves (_poll). The payload names the job too:
+    PostgreSQL delivers identical notifications of one transaction once, and auto mode
+    queues its whole grid of builds in one.
     """
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(device_class_id)])
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{device_class_id}:{job_id}"])
+
+
+def class_of(payload):
+    """The class id a notification's payload names ("<class id>:<job id>"), or None."""
+    class_id = payload.partition(":")[0]
+    return int(class_id) if class_id.isascii() and class_id.isdigit() else None
 
 
 def _listen(waiters):
     """LISTEN for news of queued jobs and wake the waiters it is for, until idle."""
     pause = RECONNECT_PAUSE_S[0]
     while not waiters.idle():
+        started = time.monotonic()
         try:
             _listen_once(waiters)
         except Exception as error:  # the database restarted, a network blip
+            if time.monotonic() - started > CHECK_EVERY_S:
+                pause = RECONNECT_PAUSE_S[0]  # it had been listening: a new outage
             logger.warning("work listener lost its connection (%s); again in %.1f s", error, pause)
             waiters.wake_all()  # news may have come while nobody listened: everyone looks
             time.sleep(pause)
@@ -176,8 +202,8 @@ def _listen_once(waiters):
         checked = time.monotonic()
         while not waiters.idle():
             for notice in raw.notifies(timeout=LISTEN_TIMEOUT_S):
-                if notice.payload.isdigit():
-                    waiters.wake(int(notice.payload))
+                if (class_id := class_of(notice.payload)) is not None:
+                    waiters.wake(class_id)
             if time.monotonic() - checked > CHECK_EVERY_S:
                 raw.execute("SELECT 1")  # a dead connection raises here, not silently
                 checked = time.monotonic()
