@@ -54,7 +54,7 @@ def test_a_user_benchmarks_the_demo_model_and_watches_it_live(
 
     # The local-cpu class with its worker online.
     page.click("nav >> text=Devices")
-    row = page.locator("tr", has_text="local-cpu")
+    row = page.locator("#classes tr", has_text="local-cpu")
     expect(row).to_contain_text("local-worker")
     expect(row.locator(".badge")).to_have_text("Online")
 

@@ -220,7 +220,7 @@ def test_a_device_api_with_many_threads_can_share_a_pool_of_connections():
     assert pooled.returncode == 0, pooled.stderr[-2000:]
     max_age, pool = json.loads(pooled.stdout)
     assert max_age == 0 and pool["max_size"] == 20  # a pool, not a connection per thread
-    kept = hub_started_with(code, DATABASE_URL=postgres)
+    kept = hub_started_with(code, DATABASE_URL=postgres, DATABASE_CONN_MAX_AGE="60")
     assert json.loads(kept.stdout) == [60, None]
 
 

@@ -18,6 +18,9 @@ DECIDING = {
     "api_release_promote",
     "api_release_rollback",
     "api_device_drain",
+    "api_device_revoke",
+    "api_class_enrolment_tokens",
+    "api_enrolment_token_revoke",
 }
 ARGUMENTS = {"int": "999999", "slug": "no-such-class", "str": "benchmarks"}
 

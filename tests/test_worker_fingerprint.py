@@ -390,7 +390,7 @@ def test_it_sends_the_current_fingerprint_on_every_device_heartbeat(tmp_path, mo
     sent = []
 
     class RecordingClient:
-        def heartbeat(self, fingerprint):
+        def heartbeat(self, fingerprint, delivery=None):
             sent.append(fingerprint)
             return {"state": "online"}
 

@@ -30,8 +30,8 @@ from workers.version import parse_user_agent
 
 PIPELINE_REFUSAL = (
     "A pipeline token may upload, build, benchmark, read and request a release; "
-    "reviewing, overriding a gate, promoting, rolling back and draining a device need a "
-    "full token."
+    "reviewing, overriding a gate, promoting, rolling back, draining or revoking a device "
+    "and enrolment tokens need a full token."
 )
 
 
