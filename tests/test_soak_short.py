@@ -1,11 +1,11 @@
-"""The fault soak, short form: a private stack broken nine ways loses nothing.
+"""The fault soak, short form: a private stack broken eight ways loses nothing.
 
 scripts/soak.py --short starts its own PostgreSQL, Redis, storage, hub, hub worker,
 beat and device workers (never the shared services), kills workers and the reaper,
 restarts Redis and PostgreSQL, fills the disk, skews clocks, sends valid tokens to the
-wrong calls from the workers' address, kills the hub under devices in HTTPS mode and
-revokes two of them, and counts what became of every job. `make soak` runs the long
-form (at least 500 jobs, and PostgreSQL restarted under HTTPS devices too).
+wrong calls from the workers' address, kills the hub under devices in HTTPS mode, and
+counts what became of every job. `make soak` runs the long form (at least 500 jobs,
+PostgreSQL restarted under HTTPS devices, and devices revoked mid-job and mid-ask).
 """
 
 import json
@@ -57,7 +57,6 @@ def test_it_loses_no_job_runs_none_twice_and_leaves_no_orphan_file(soak):
         "clock-skew",
         "wrong-call-tokens",
         "https-hub-restart",
-        "https-revoke",
     }
     for fault in faults.values():
         if fault["skipped"]:  # storage-full needs a tmpfs: root only
@@ -80,11 +79,8 @@ def test_it_passes_every_check_of_every_fault(soak):
     assert any("503 with a JSON error" in what for what in postgres["checks"]), printed
 
 
-def test_devices_in_https_mode_come_back_after_the_hub_and_stop_once_revoked(soak):
+def test_devices_in_https_mode_come_back_after_the_hub(soak):
     report, _, printed = soak
     faults = {fault["name"]: fault for fault in report["faults"]}
-    restart, revoke = faults["https-hub-restart"], faults["https-revoke"]
     # Each device asking when the hub died says when it was answered again.
-    assert restart["measured"]["reconnect_s"], printed
-    revoked = [what for what in revoke["checks"] if what.startswith("revoked device")]
-    assert len(revoked) == 2, printed
+    assert faults["https-hub-restart"]["measured"]["reconnect_s"], printed
