@@ -524,11 +524,14 @@ class Prober:
 
 def candidate_plan(device):
     """EXPLAIN of take_next_job's candidate query for the device, as text."""
-    from deployhub.jobs.actions import NEXT_JOB_CANDIDATES
-    from deployhub.jobs.models import Job, JobState
+    from django.db import connection
 
-    queued = Job.objects.filter(device_class_id=device.device_class_id, state=JobState.QUEUED)
-    return queued.order_by("pk").values_list("pk", "attempt")[:NEXT_JOB_CANDIDATES].explain()
+    from deployhub.jobs.actions import oldest_queued_query
+
+    sql, params = oldest_queued_query(device)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(row[0] for row in cursor.fetchall())
 
 
 def bench_fleet_backlog():

@@ -196,8 +196,15 @@ def take_next_job(device):
 
 def _oldest_queued(device):
     """The (id, attempt) of the class's oldest queued jobs, none when the device is draining
-    or revoked now (it may have been drained while its ask waited). Written out: every ask
-    for work runs it, and the ORM took twice as long to compile it as the database to run it."""
+    or revoked now (it may have been drained while its ask waited)."""
+    with connection.cursor() as cursor:
+        cursor.execute(*oldest_queued_query(device))
+        return cursor.fetchall()
+
+
+def oldest_queued_query(device):
+    """The statement _oldest_queued runs, and its parameters. Written out: every ask for work
+    runs it, and the ORM took twice as long to compile it as the database to run it."""
     quote = connection.ops.quote_name
     jobs, devices = quote(Job._meta.db_table), quote(type(device)._meta.db_table)
     sql = (
@@ -205,9 +212,7 @@ def _oldest_queued(device):
         f"AND EXISTS (SELECT 1 FROM {devices} WHERE id = %s AND NOT draining "
         f"AND revoked_at IS NULL) ORDER BY id LIMIT {NEXT_JOB_CANDIDATES}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [device.device_class_id, JobState.QUEUED, device.pk])
-        return cursor.fetchall()
+    return sql, [device.device_class_id, JobState.QUEUED, device.pk]
 
 
 def claim_for_token(job_id, token, address, attempt):
