@@ -372,15 +372,21 @@ def browser():
 @pytest.fixture
 def job(version, device_class, alice):
     """A queued benchmark of the version on the test device class."""
+    return queued_benchmark(version, device_class, alice, iterations=50)
+
+
+def queued_benchmark(version, device_class, user, **params):
+    """Queue a benchmark of the version on the class, as its user asks for one (params: the
+    job's; 20 iterations when none are given)."""
     from deployhub.jobs.actions import submit_job
 
     return submit_job(
         team=version.team,
         kind=JobKind.BENCHMARK,
         device_class=device_class,
-        user=alice,
+        user=user,
         model_version=version,
-        params={"iterations": 50},
+        params=params or {"iterations": 20},
     )
 
 

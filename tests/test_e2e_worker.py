@@ -4,25 +4,14 @@ import pytest
 from django.core.files import File
 
 from deployhub.benchmarks.models import BenchmarkRun
-from deployhub.jobs.actions import cancel_job, reap_expired_jobs, submit_job
-from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.jobs.actions import cancel_job, reap_expired_jobs
+from deployhub.jobs.models import Job, JobState
 from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
-from tests.conftest import wait_until
+from tests.conftest import queued_benchmark, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def submit(version, device_class, user, **params):
-    return submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=device_class,
-        user=user,
-        model_version=version,
-        params=params,
-    )
 
 
 def final(job_id, timeout, worker):
@@ -43,7 +32,9 @@ def test_a_real_worker_benchmarks_a_model(
     contract = batch_range_contract("image", [3, 32, 32], low=1, opt=2, high=8)
     with open(model_file, "rb") as handle:  # a version whose contract allows the batch of 2
         version = create_version(model, File(handle, name="digits.onnx"), alice, contract=contract)
-    job = submit(version, device_class, alice, warmup_iterations=5, iterations=300, batch_size=2)
+    job = queued_benchmark(
+        version, device_class, alice, warmup_iterations=5, iterations=300, batch_size=2
+    )
     job = final(job.pk, 60, worker)
     assert job.state == JobState.SUCCEEDED, job.log + job.error
     run = BenchmarkRun.objects.get(job=job)
@@ -64,7 +55,7 @@ def test_a_cancelled_job_stops_on_the_worker(
 ):
     device, token = make_device()
     worker = start_worker(device, token)
-    job = submit(version, device_class, alice, warmup_iterations=0, iterations=10_000_000)
+    job = queued_benchmark(version, device_class, alice, warmup_iterations=0, iterations=10_000_000)
     wait_until(
         lambda: Job.objects.get(pk=job.pk).progress > 0,
         60,
@@ -75,7 +66,7 @@ def test_a_cancelled_job_stops_on_the_worker(
     job = final(job.pk, 30, worker)
     assert job.state == JobState.CANCELLED
     assert not BenchmarkRun.objects.filter(job=job).exists()
-    follow_up = submit(version, device_class, alice, iterations=20)
+    follow_up = queued_benchmark(version, device_class, alice, iterations=20)
     assert final(follow_up.pk, 60, worker).state == JobState.SUCCEEDED  # the worker lives on
 
 
@@ -89,7 +80,7 @@ def test_a_job_survives_its_worker_being_killed(
     device_a, token_a = make_device("doomed")
     device_b, token_b = make_device("rescuer")
     worker_a = start_worker(device_a, token_a, mode=mode)
-    job = submit(version, device_class, alice, warmup_iterations=0, iterations=60_000)
+    job = queued_benchmark(version, device_class, alice, warmup_iterations=0, iterations=60_000)
     wait_until(
         lambda: Job.objects.get(pk=job.pk).progress > 0,
         60,

@@ -19,12 +19,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import Delivery, Device, DeviceClass, EnrolmentToken
 from deployhub.engines.models import Engine
-from deployhub.jobs.actions import claim_job, submit_job
-from deployhub.jobs.models import Artifact, Job, JobKind, JobState
+from deployhub.jobs.actions import claim_job
+from deployhub.jobs.models import Artifact, Job, JobState
 from deployhub.registry.models import Model
 from deployhub.registry.uploads import create_version
 from tests.api_calls import call
-from tests.conftest import job_finished, stored_engine
+from tests.conftest import job_finished, queued_benchmark, stored_engine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,17 +49,6 @@ def team_b_version(charlie, model_file):
     )
     with open(model_file, "rb") as handle:
         return create_version(model, File(handle, name="digits_cnn_v2.onnx"), charlie)
-
-
-def benchmark(version, device_class, user):
-    return submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=device_class,
-        user=user,
-        model_version=version,
-        params={"iterations": 20},
-    )
 
 
 def new_device(device_class, delivery=Delivery.BROKER):
@@ -88,9 +77,9 @@ def fleet(client, device_class, version, alice, charlie, demo_team, model_file):
         (b_class, b_version, charlie, b_device),
         (a_other, version, alice, a_other_device),
     ):
-        running = benchmark(ver, cls, user)
+        running = queued_benchmark(ver, cls, user)
         claim_job(running.pk, holder, running.attempt)
-        jobs += [Job.objects.get(pk=running.pk), benchmark(ver, cls, user)]
+        jobs += [Job.objects.get(pk=running.pk), queued_benchmark(ver, cls, user)]
     engines = [
         stored_engine(b_version, b_class, digest="b"),
         stored_engine(version, a_other, digest="a-other"),

@@ -14,9 +14,8 @@ from django.test.utils import override_settings
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import Device
-from deployhub.jobs.actions import submit_job
-from deployhub.jobs.models import Job, JobKind, JobState
-from tests.conftest import WorkerProcess, job_finished, worker_ready
+from deployhub.jobs.models import Job, JobState
+from tests.conftest import WorkerProcess, job_finished, queued_benchmark, worker_ready
 from tests.tls_proxies import ConnectProxy, TlsProxy, private_ca
 from workers.client import HubClient, HubUntrusted
 
@@ -79,17 +78,6 @@ def https_worker(tmp_path):
         worker.stop()
 
 
-def benchmark(version, device_class, alice):
-    return submit_job(
-        team=version.team,
-        kind=JobKind.BENCHMARK,
-        device_class=device_class,
-        user=alice,
-        model_version=version,
-        params={"iterations": 20},
-    )
-
-
 def test_the_hub_redirects_plain_http_and_takes_the_proxy_s_calls_as_https(
     live_server, tls_proxy, ca, make_device
 ):
@@ -114,7 +102,7 @@ def test_a_worker_given_the_private_ca_runs_a_job_through_the_tls_proxy(
     worker = worker_ready(https_worker(device, token, tls_proxy.url, env), device)
     assert f"asking {tls_proxy.url} for work over HTTPS" in worker.output()
 
-    job = job_finished(benchmark(version, device_class, alice), worker)
+    job = job_finished(queued_benchmark(version, device_class, alice), worker)
 
     assert job.state == JobState.SUCCEEDED, job.error + worker.output()
     assert BenchmarkRun.objects.filter(job=job).exists()
@@ -126,7 +114,7 @@ def test_a_worker_without_the_ca_says_the_certificate_is_not_trusted_and_runs_no
     tls_proxy, https_worker, make_device, version, device_class, alice
 ):
     device, token = make_device()
-    job = benchmark(version, device_class, alice)
+    job = queued_benchmark(version, device_class, alice)
     worker = https_worker(device, token, tls_proxy.url, NO_PRIVATE_CA)
 
     status = worker.process.wait(timeout=60)  # at once: no wait mends a certificate
@@ -158,7 +146,7 @@ def test_a_worker_behind_an_http_proxy_tunnels_to_the_hub_and_runs_a_job(
         }
         worker = worker_ready(https_worker(device, token, tls_proxy.url, env), device)
 
-        job = job_finished(benchmark(version, device_class, alice), worker)
+        job = job_finished(queued_benchmark(version, device_class, alice), worker)
     finally:
         connect.close()
 

@@ -12,26 +12,16 @@ from django.db import connection
 
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import Delivery, Device
-from deployhub.jobs.actions import reap_expired_jobs, submit_job
-from deployhub.jobs.models import Job, JobKind, JobState
+from deployhub.jobs.actions import reap_expired_jobs
+from deployhub.jobs.models import JobState
 from tests.api_calls import call
-from tests.conftest import job_finished
+from tests.conftest import job_finished, queued_benchmark
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def queue(version, device_class, alice, n=1):
-    return [
-        submit_job(
-            team=version.team,
-            kind=JobKind.BENCHMARK,
-            device_class=device_class,
-            user=alice,
-            model_version=version,
-            params={"iterations": 20},
-        )
-        for _ in range(n)
-    ]
+    return [queued_benchmark(version, device_class, alice) for _ in range(n)]
 
 
 def asking_in_a_thread(client, token, wait, answers):
@@ -46,6 +36,26 @@ def asking_in_a_thread(client, token, wait, answers):
     thread = threading.Thread(target=ask_and_close)
     thread.start()
     return thread
+
+
+def while_held(client, asks, action, wait=20):
+    """Hold the asks ((device, token) pairs) in threads, run action() once the hub holds
+    them all and they sleep; return the asks' answers and what action() returned."""
+    from deployhub.jobs.waiting import WAITERS
+
+    answers = []
+    threads = [asking_in_a_thread(client, token, wait, answers) for _, token in asks]
+    try:
+        held = lambda: all(WAITERS.holds_ask_of(device.pk) for device, _ in asks)  # noqa: E731
+        while not held() and all(thread.is_alive() for thread in threads):
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.2)  # past their first look: asleep until there is news
+        result = action()
+    finally:
+        for thread in threads:
+            thread.join(wait + 10)
+    assert len(answers) == len(asks), answers
+    return answers, result
 
 
 def ask(client, token, wait=0):
@@ -81,19 +91,10 @@ def test_a_job_queued_while_the_device_waits_reaches_it_in_the_same_ask(
     client, make_device, version, device_class, alice
 ):
     device, token = make_device()
-    answers = []
-    asking = asking_in_a_thread(client, token, 20, answers)
-    try:
-        # Queued once the ask is held (a device's ask counts as its heartbeat).
-        while not Job.objects.filter(device=device).exists() and asking.is_alive():
-            device.refresh_from_db()
-            if device.last_heartbeat_at:
-                [job] = queue(version, device_class, alice)
-                break
-    finally:
-        asking.join(30)
-    assert answers and answers[0]["job"] is not None, answers
-    assert answers[0]["job"]["id"] == job.pk
+    [answer], [job] = while_held(
+        client, [(device, token)], lambda: queue(version, device_class, alice)
+    )
+    assert answer["job"] is not None and answer["job"]["id"] == job.pk
 
 
 def test_a_draining_device_gets_no_job(client, make_device, version, device_class, alice):
@@ -168,18 +169,10 @@ def test_a_worker_without_a_broker_runs_a_job_over_https(
 def test_a_process_holding_all_the_asks_it_may_answers_at_once_with_a_jittered_retry(
     client, make_device, settings
 ):
-    from deployhub.jobs.waiting import WAITERS
-
     settings.DEPLOYHUB_POLL_MAX_WAITERS = 1
-    first, first_token = make_device()
-    second, second_token = make_device()
-    holding = asking_in_a_thread(client, first_token, 3, [])
-    try:
-        while WAITERS.count < 1 and holding.is_alive():
-            threading.Event().wait(0.01)
-        answer = ask(client, second_token, wait=20)
-    finally:
-        holding.join(10)
+    first = make_device()
+    _, second_token = make_device()
+    _, answer = while_held(client, [first], lambda: ask(client, second_token, wait=20), wait=3)
     assert answer["job"] is None
     assert 1 <= answer["retry_after"] <= 5
 
@@ -190,18 +183,13 @@ def test_a_device_revoked_while_it_waits_is_handed_no_job(
     from django.utils import timezone
 
     device, token = make_device()
-    answers = []
-    asking = asking_in_a_thread(client, token, 20, answers)
-    try:
-        while asking.is_alive():
-            device.refresh_from_db()
-            if device.last_heartbeat_at:
-                type(device).objects.filter(pk=device.pk).update(revoked_at=timezone.now())
-                [job] = queue(version, device_class, alice)
-                break
-    finally:
-        asking.join(30)
-    assert answers and answers[0]["job"] is None
+
+    def revoke_then_queue():
+        Device.objects.filter(pk=device.pk).update(revoked_at=timezone.now())
+        return queue(version, device_class, alice)
+
+    [answer], [job] = while_held(client, [(device, token)], revoke_then_queue)
+    assert answer["job"] is None
     job.refresh_from_db()
     assert job.state == JobState.QUEUED and job.device is None
 
@@ -231,33 +219,18 @@ def test_jobs_queued_together_reach_every_waiting_device(
     its grid of builds in one, and every device waiting must hear of its job."""
     from django.db import transaction
 
-    devices = [make_device() for _ in range(3)]
-    answers, threads = [], []
-    for _, token in devices:
-        threads.append(asking_in_a_thread(client, token, 20, answers))
-    try:
-        while Device.objects.filter(last_heartbeat_at__isnull=False).count() < 3:
-            threading.Event().wait(0.01)
-        threading.Event().wait(0.3)  # the three asks are held
+    def queue_three_at_once():
         with transaction.atomic():
-            jobs = queue(version, device_class, alice, 3)
-    finally:
-        for thread in threads:
-            thread.join(30)
+            return queue(version, device_class, alice, 3)
+
+    devices = [make_device() for _ in range(3)]
+    answers, jobs = while_held(client, devices, queue_three_at_once)
     assert sorted(a["job"]["id"] for a in answers if a["job"]) == sorted(j.pk for j in jobs)
 
 
 def test_a_device_s_second_ask_is_not_held_while_its_first_is(client, make_device):
     device, token = make_device()
-    first = asking_in_a_thread(client, token, 3, [])
-    try:
-        from deployhub.jobs.waiting import WAITERS
-
-        while not WAITERS.holds_ask_of(device.pk) and first.is_alive():
-            threading.Event().wait(0.01)
-        answer = ask(client, token, wait=20)
-    finally:
-        first.join(10)
+    _, answer = while_held(client, [(device, token)], lambda: ask(client, token, wait=20), wait=3)
     assert answer["job"] is None and 1 <= answer["retry_after"] <= 5
 
 
@@ -265,15 +238,10 @@ def test_a_device_deleted_while_it_waits_gets_an_answer_not_a_500(
     client, make_device, version, device_class, alice
 ):
     device, token = make_device()
-    answers = []
-    asking = asking_in_a_thread(client, token, 20, answers)
-    try:
-        while asking.is_alive():
-            if Device.objects.filter(pk=device.pk, last_heartbeat_at__isnull=False).exists():
-                threading.Event().wait(0.3)
-                Device.objects.filter(pk=device.pk).delete()
-                queue(version, device_class, alice)
-                break
-    finally:
-        asking.join(30)
-    assert answers and answers[0]["job"] is None
+
+    def delete_then_queue():
+        Device.objects.filter(pk=device.pk).delete()
+        queue(version, device_class, alice)
+
+    [answer], _ = while_held(client, [(device, token)], delete_then_queue)
+    assert answer["job"] is None
