@@ -125,8 +125,9 @@ class Waiters:
     def stop_listening(self, timeout=5.0):
         """End this process's listener and close its connection (a test database's end)."""
         self.stopping.set()
-        if self._listener is not None:
-            self._listener.join(timeout)
+        listener = self._listener  # it forgets itself as it ends (idle)
+        if listener is not None:
+            listener.join(timeout)
         self.stopping.clear()
 
     def _ensure_listener(self):
