@@ -110,6 +110,8 @@ INSTALLED_APPS = [
     "deployhub.releases",
     "deployhub.figures",
     "deployhub.demo",
+    # The API's docs (/api/docs/) from django-ninja's own templates and assets, not a CDN.
+    "ninja",
 ]
 
 MIDDLEWARE = [

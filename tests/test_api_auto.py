@@ -192,13 +192,13 @@ def test_it_lists_the_teams_device_classes_with_their_budget_and_devices(
 ):
     body = get(client, "device-classes", alice).json()
 
-    [listed] = body["device_classes"]
+    [listed] = body["items"]
     assert listed["slug"] == device_class.slug and listed["serving_pattern"] == "realtime"
     assert listed["budget"]["frame_budget_ms"] == 33.3
     assert listed["budget"]["fps"] == pytest.approx(30.03, abs=0.01)
     assert listed["budget"]["gate"].startswith("p99 per frame within 33.3 ms")
     assert listed["online_devices"] == ["cpu-1"]
-    assert get(client, "device-classes", charlie).json() == {"device_classes": []}
+    assert get(client, "device-classes", charlie).json() == {"items": [], "count": 0}
 
 
 def test_it_hides_another_teams_runs_jobs_and_versions(
@@ -233,7 +233,7 @@ def test_it_lets_a_viewer_read_a_run_but_not_start_one(
         ({}, "device_class"),
         ({"device_class": 7}, "device_class"),
         ({"device_class": "no-such-class"}, "no device class 'no-such-class'"),
-        ({"device_class": "CLASS", "batch": 8}, "Unknown parameter 'batch'"),
+        ({"device_class": "CLASS", "batch": 8}, "Unknown field 'batch'"),
     ],
 )
 def test_it_refuses_bad_input_with_400_and_starts_nothing(

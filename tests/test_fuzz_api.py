@@ -39,7 +39,7 @@ from deployhub.teams.models import ApiToken, Webhook
 from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD, stored_engine
 from tests.figure_results import seed_runs
-from tests.url_routes import filled, routes
+from tests.url_routes import body_fields, filled, routes, view_functions
 from workers.fingerprint import shape as fingerprint_shape
 
 pytestmark = pytest.mark.django_db
@@ -219,8 +219,8 @@ def as_form(value):
 
 def source_read_by(view):
     """The source of a view and of the functions of its module it calls, transitively."""
-    view = inspect.unwrap(view)
-    module, sources, pending, seen = inspect.getmodule(view), [], [view], set()
+    functions = [inspect.unwrap(function) for function in view_functions(view)]
+    module, sources, pending, seen = inspect.getmodule(functions[0]), [], functions, set()
     while pending:
         function = pending.pop()
         if function in seen:
@@ -238,7 +238,7 @@ def fields_read_by(view):
     """The field names a view spells (it and its module's helpers), its forms' fields, and
     whether it reads a file: what its readers read."""
     module, source = source_read_by(view)
-    names = set(re.findall(r'"([a-z][a-z0-9_]{1,30})"', source))
+    names = set(re.findall(r'"([a-z][a-z0-9_]{1,30})"', source)) | body_fields(view)
     for name in re.findall(r"\b([A-Z]\w+Form)\b", source):
         form = vars(module).get(name)
         if isinstance(form, type) and issubclass(form, forms.BaseForm):

@@ -24,3 +24,26 @@ def filled(route, value_of):
             part = part[:start] + str(value_of(before, converter)) + part[end + 1 :]
         parts[index] = part
     return "/" + "/".join(parts)
+
+
+def view_functions(callback):
+    """The functions that answer a route: a django-ninja path's operations (each method's),
+    the function a functools.partial wraps, else the view itself."""
+    for cell in getattr(callback, "__closure__", None) or ():
+        operations = getattr(cell.cell_contents, "operations", None)
+        if operations is not None:  # ninja's PathView, closed over by its view wrapper
+            return [operation.view_func for operation in operations]
+    return [getattr(callback, "func", callback)]
+
+
+def body_fields(callback):
+    """The field names a django-ninja operation's body and query schemas declare."""
+    names = set()
+    for cell in getattr(callback, "__closure__", None) or ():
+        for operation in getattr(cell.cell_contents, "operations", None) or ():
+            for model in operation.models:
+                for field in model.model_fields.values():
+                    annotation = field.annotation
+                    names |= set(getattr(annotation, "model_fields", {}))
+                names |= set(model.model_fields)
+    return names

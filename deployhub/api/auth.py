@@ -243,29 +243,52 @@ PERSON_TOKEN_AT_DEVICE_CALL = (
 )
 
 
-def token_required(view):
-    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
+class Refused(Exception):
+    """The caller is not let in: `response` is the answer (401, 403 or 429)."""
 
-    @csrf_exempt
-    @functools.wraps(view)
-    def wrapper(request, *args, **kwargs):
-        # The address's lockout comes with the token, in one query: a right token is not slowed.
-        lockout = throttle.token_lockout(request)
-        record = ApiToken.objects.annotate(lockout=lockout).by_token(bearer(request))
-        if record is None:
-            return _refuse_token(
+    def __init__(self, response):
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def person_for(request, pipelines_may_call=False):
+    """Return the person whose personal API token the request carries (Authorization: Bearer
+    dhu_...), with request.user and request.token_scope set; raise Refused otherwise.
+
+    A pipeline's token is let in only where pipelines_may_call: an allowlist, not a blocklist.
+    """
+    # The address's lockout comes with the token, in one query: a right token is not slowed.
+    lockout = throttle.token_lockout(request)
+    record = ApiToken.objects.annotate(lockout=lockout).by_token(bearer(request))
+    if record is None:
+        raise Refused(
+            _refuse_token(
                 request,
                 "An API token is required: Authorization: Bearer dhu_... "
                 "(create one under Account → API tokens).",
                 Device.objects,
                 DEVICE_TOKEN_AT_PERSON_CALL,
             )
-        if seconds := throttle.seconds_until(record.lockout):  # the guesser learns nothing
-            return locked_out(seconds)
-        if record.scope == TokenScope.PIPELINE and not getattr(view, "pipelines_may_call", False):
-            return error(403, PIPELINE_REFUSAL)
-        ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
-        request.user, request.token_scope = record.user, record.scope
+        )
+    if seconds := throttle.seconds_until(record.lockout):  # the guesser learns nothing
+        raise Refused(locked_out(seconds))
+    if record.scope == TokenScope.PIPELINE and not pipelines_may_call:
+        raise Refused(error(403, PIPELINE_REFUSAL))
+    ApiToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
+    request.user, request.token_scope = record.user, record.scope
+    return record.user
+
+
+def token_required(view):
+    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            person_for(request, getattr(view, "pipelines_may_call", False))
+        except Refused as refused:
+            return refused.response
         try:
             check_fields(request)
             return view(request, *args, **kwargs)

@@ -5,11 +5,15 @@ objects are 404, a viewer reads but does not start auto mode. GET jobs/<id> is
 for people; the device protocol under jobs/<id>/ (claim, heartbeat, ...) is not.
 """
 
-from django.http import JsonResponse
-from django.urls import reverse
-from django.views.decorators.http import require_http_methods
+from typing import Any
 
-from deployhub.api.auth import BadInput, for_pipelines, json_body, token_required
+from django.http import HttpResponse
+from django.urls import reverse
+from ninja import Router
+from ninja.pagination import paginate
+
+from deployhub.api.auth import BadInput
+from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers
 from deployhub.benchmarks.exports import ACCURACY_COPIED, task_figures
 from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
@@ -22,7 +26,82 @@ from deployhub.teams.models import Role
 from workers.tasks import TASKS
 
 LOG_TAIL_LINES = 50
-AUTO_PARAMS = ("device_class",)
+
+router = Router(tags=["pipelines"])
+
+
+class AutoIn(Strict):
+    device_class: str
+
+
+class AutoStarted(Schema):
+    id: int
+    state: str
+    url: str
+    page: str
+
+
+class AutoStartedOut(Schema):
+    auto_run: AutoStarted
+
+
+class AutoRunOut(Schema):
+    id: int
+    url: str
+    page: str
+    model_version: int
+    converted_from: int | None
+    convert_job: int | None
+    device_class: str
+    dataset: dict[str, Any] | None
+    state: str
+    outcome: str
+    outcome_label: str
+    summary: str
+    builds: list[dict[str, Any]]
+    recommended: dict[str, Any] | None
+    compare_job: int | None
+    created_by: str | None
+    created_at: str | None
+    finished_at: str | None
+
+
+class JobOut(Schema):
+    id: int
+    kind: str
+    state: str
+    progress: float
+    message: str
+    attempt: int
+    failure_category: str | None
+    error: str
+    log_tail: str
+    page: str
+    params: dict[str, Any]
+    device_class: str
+    device: str | None
+    model_version: int | None
+    model_version_url: str | None
+    engine: int | None
+    engine_url: str | None
+    created_at: str | None
+    sent_at: str | None
+    started_at: str | None
+    finished_at: str | None
+
+
+class DeviceClassOut(Schema):
+    id: int
+    slug: str
+    name: str
+    team: str
+    serving_pattern: str
+    budget: dict[str, Any]
+    memory_limit_mb: int | None
+    accuracy_tolerance_points: float
+    task_tolerances: dict[str, Any]
+    backends: list[str]
+    online_devices: list[str]
 
 
 def _absolute(request, name, pk):
@@ -33,32 +112,31 @@ def _time(value):
     return value.isoformat() if value else None
 
 
-@require_http_methods(["POST"])
-@token_required
-@for_pipelines
-def version_auto(request, pk):
-    """Body {"device_class": "<slug>"}: start auto mode on the version; 202 with the run."""
+@router.post(
+    "versions/{int:pk}/auto",
+    response=answers(AutoStartedOut, status=202),
+    auth=PIPELINES,
+    url_name="api_version_auto",
+)
+def version_auto(request, response: HttpResponse, pk: int, payload: AutoIn):
+    """Start auto mode on the version on one of its team's device classes (an engineer);
+    202 with the run, whose URL is also the Location header."""
     version = get_version_for_user(request, pk)
     require_role(request.user, version.team, Role.ENGINEER)
-    device_class = _device_class_of(version, json_body(request))
+    device_class = _device_class_of(version, payload.device_class)
     try:
         run = auto.start(version, device_class, request.user)
     except auto.AutoRefused as exc:
         raise BadInput(str(exc)) from exc
     url = _absolute(request, "api_auto_run", run.pk)
-    body = {"id": run.pk, "state": run.state, "url": url, "page": run.get_absolute_url()}
-    response = JsonResponse({"auto_run": body}, status=202)
     response["Location"] = url
-    return response
+    body = {"id": run.pk, "state": run.state, "url": url, "page": run.get_absolute_url()}
+    return 202, {"auto_run": body}
 
 
-def _device_class_of(version, body):
-    """Return the version's team's class the body names by slug; raise BadInput otherwise."""
-    unknown = sorted(set(body) - set(AUTO_PARAMS))
-    if unknown:
-        raise BadInput(f"Unknown parameter {unknown[0]!r}; known: {', '.join(AUTO_PARAMS)}.")
-    slug = body.get("device_class")
-    if not isinstance(slug, str) or not slug:
+def _device_class_of(version, slug):
+    """Return the version's team's class named by slug; raise BadInput otherwise."""
+    if not slug:
         raise BadInput('Say which device class to run on: {"device_class": "<slug>"}.')
     device_class = version.team.device_classes.filter(slug=slug).first()
     if device_class is None:
@@ -67,13 +145,12 @@ def _device_class_of(version, body):
     return device_class
 
 
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
-def auto_run_detail(request, pk):
+@router.get(
+    "auto-runs/{int:pk}", response=answers(AutoRunOut), auth=PIPELINES, url_name="api_auto_run"
+)
+def auto_run_detail(request, pk: int):
     """The run's state, every build with its jobs and figures, and the recommended build."""
-    run = get_auto_run_for_user(request, pk)
-    return JsonResponse(auto_run_json(request, run))
+    return auto_run_json(request, get_auto_run_for_user(request, pk))
 
 
 def auto_run_json(request, run):
@@ -197,13 +274,10 @@ def recommendation_reason(build):
     return f"The fastest build {speed} within the accuracy tolerance; it {gate}."
 
 
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
-def job_detail(request, pk):
+@router.get("jobs/{int:pk}", response=answers(JobOut), auth=PIPELINES, url_name="api_job")
+def job_detail(request, pk: int):
     """A job's kind, state, progress, failure, log tail, timestamps and what it ran on."""
-    job = get_job_for_user(request, pk)
-    return JsonResponse(job_json(request, job))
+    return job_json(request, get_job_for_user(request, pk))
 
 
 def job_json(request, job):
@@ -233,13 +307,17 @@ def job_json(request, job):
     }
 
 
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
+@router.get(
+    "device-classes",
+    response=answers(list[DeviceClassOut]),
+    auth=PIPELINES,
+    url_name="api_device_classes",
+)
+@paginate(Page)
 def device_classes(request):
     """The device classes of the caller's teams: serving pattern, budget, backends, devices."""
     classes = DeviceClass.objects.filter(team__in=teams_of(request.user)).select_related("team")
-    return JsonResponse({"device_classes": [device_class_json(c) for c in classes]})
+    return Listed(classes.order_by("team__slug", "slug"), device_class_json)
 
 
 def device_class_json(device_class):

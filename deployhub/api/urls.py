@@ -6,14 +6,14 @@ from deployhub.api import (
     figures,
     fleet,
     parity,
-    pipelines,
     production,
     protocol,
     releases,
     results,
 )
 
-urlpatterns = [
+# The device protocol (docs/protocol.md): matched first, every job's dispatch waits on a claim.
+device_urlpatterns = [
     path("device", protocol.whoami, name="api_whoami"),
     path("device/heartbeat", protocol.device_heartbeat, name="api_device_heartbeat"),
     path("device/work", protocol.device_work, name="api_device_work"),
@@ -23,12 +23,17 @@ urlpatterns = [
     path("jobs/<int:job_id>/artifacts", protocol.upload_artifact, name="api_upload_artifact"),
     path("jobs/<int:job_id>/inputs/<str:name>", protocol.job_input, name="api_job_input"),
     path("engines/<int:engine_id>/download", protocol.engine_download, name="api_engine_download"),
+    path("enrol", enrolment.enrol_device, name="api_enrol"),
+]
+
+# Calls for people written by hand, not yet django-ninja operations (api/openapi.py): matched
+# after those, so an operation there at the same path is the one that answers.
+urlpatterns = [
     path("engines/<int:pk>", fleet.engine_detail, name="api_engine"),
     path("engines/<int:pk>/rebuild", fleet.engine_rebuild, name="api_engine_rebuild"),
     path("devices/<int:pk>", fleet.device_detail, name="api_device"),
     path("devices/<int:pk>/drain", fleet.device_drain, name="api_device_drain"),
     path("devices/<int:pk>/revoke", fleet.device_revoke, name="api_device_revoke"),
-    path("enrol", enrolment.enrol_device, name="api_enrol"),
     path(
         "device-classes/<slug:slug>/enrolment-tokens",
         enrolment.class_enrolment_tokens,
@@ -59,10 +64,6 @@ urlpatterns = [
     path("models/<int:pk>/report", results.model_report, name="api_model_report"),
     path("models/<int:pk>/tradeoffs", figures.model_tradeoffs, name="api_model_tradeoffs"),
     path("versions/<int:pk>/parity", parity.version_parity, name="api_version_parity"),
-    path("versions/<int:pk>/auto", pipelines.version_auto, name="api_version_auto"),
-    path("auto-runs/<int:pk>", pipelines.auto_run_detail, name="api_auto_run"),
-    path("jobs/<int:pk>", pipelines.job_detail, name="api_job"),
-    path("device-classes", pipelines.device_classes, name="api_device_classes"),
     path(
         "device-classes/<slug:slug>/production",
         production.device_class_production,

@@ -1,0 +1,146 @@
+"""API v1 for people and pipelines: django-ninja operations, one router per area, and the
+OpenAPI 3.1 schema generated from them at /api/v1/openapi.json (docs at /api/docs/).
+
+The rules of docs/api.md hold for every operation: errors are {"error": "..."} with their
+status (the handlers below), another team's objects are 404, pipeline tokens open only the
+calls marked for them (api/v1.py). The device protocol (docs/protocol.md) is not here: it
+is the worker's, with its own exact behaviour, in api/protocol.py.
+"""
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse, RawPostDataException
+from django.urls import reverse
+from ninja import NinjaAPI, Swagger
+from ninja.parser import Parser
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from deployhub.api import auth, pipelines
+from deployhub.api.v1 import PEOPLE
+from deployhub.registry.datasets import DatasetError
+from deployhub.registry.golden import GoldenError
+from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+
+class HubAPI(NinjaAPI):
+    """Mounted without a URL namespace (deployhub/urls.py): an operation keeps the URL name
+    its hand-written view had, so reverse("api_job", ...) holds wherever it was written."""
+
+    def url_patterns(self):
+        return self._get_urls()
+
+    def get_openapi_operation_id(self, operation):
+        return operation.view_func.__name__  # each is unique: a test says so
+
+    def get_root_path(self, path_params):
+        return reverse("api-root", kwargs=path_params)
+
+
+class JsonBody(Parser):
+    """Bodies are read as every API v1 call reads them (auth.json_body): UTF-8 JSON objects,
+    finite numbers, text PostgreSQL can store; a refusal says what is wrong."""
+
+    def parse_body(self, request):
+        return auth.json_body(request)
+
+
+class Docs(Swagger):
+    """Swagger UI from django-ninja's own copy of its assets (no CDN), at /api/docs/."""
+
+    def get_openapi_url(self, api, path_params):
+        return reverse("openapi-json", kwargs=path_params)
+
+
+api = HubAPI(
+    title="DeployHub API",
+    version="1",
+    description=(
+        "Models, versions, device classes, jobs, auto mode, engines, results and releases "
+        "for people and pipelines. Every call takes a personal API token (Account → API "
+        "tokens); a pipeline token opens the calls marked for pipelines. Errors are "
+        '{"error": "..."}. The device protocol is in docs/protocol.md.'
+    ),
+    urls_namespace="api_v1",
+    openapi_url="/openapi.json",
+    parser=JsonBody(),
+    docs=Docs(),
+    docs_url=None,  # at /api/docs/ (deployhub/urls.py), beside the API, not inside it
+    auth=PEOPLE,
+)
+
+
+def docs(request):
+    """The API's interactive docs (Swagger UI)."""
+    return api.docs.render_page(request, api)
+
+
+def _answer(status, message, **more):
+    return JsonResponse({"error": message, **more}, status=status)
+
+
+@api.exception_handler(auth.Refused)
+def _refused(request, exc):
+    return exc.response
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request, exc):
+    return _answer(400, "; ".join(_said(each) for each in exc.errors[:5]))
+
+
+@api.exception_handler(RawPostDataException)
+def _form_not_json(request, exc):  # a form's fields were read (auth.check_fields) as a form
+    return _answer(400, "This call takes a JSON body: send Content-Type: application/json.")
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request, exc):
+    return _answer(401, "An API token is required: Authorization: Bearer dhu_....")
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request, exc):
+    return _answer(403, str(exc) or "You may not do this.")
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return _answer(404, "Not found.")
+
+
+@api.exception_handler(auth.Conflict)
+def _conflict(request, exc):
+    return _answer(409, str(exc), existing=exc.existing)
+
+
+@api.exception_handler(UploadTooLarge)
+def _too_large(request, exc):
+    return _answer(413, str(exc))
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc):
+    if isinstance(exc.__cause__, auth.BadInput):  # JsonBody's refusal, wrapped by ninja
+        return _answer(400, str(exc.__cause__))
+    return _answer(exc.status_code, str(exc))
+
+
+for bad_input in (auth.BadInput, InvalidModel, DatasetError, GoldenError):
+    api.add_exception_handler(bad_input, lambda request, exc: _answer(400, str(exc)))
+
+
+def _said(error):
+    """One of pydantic's complaints as a sentence that names the field."""
+    where = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
+    name = repr(".".join(where[1:] if len(where) > 1 and where[0] == "payload" else where))
+    kind, message = error.get("type", ""), error.get("msg", "is not valid")
+    if kind == "missing" and where == ["payload"]:
+        return "This call takes a JSON body (Content-Type: application/json)."
+    if kind == "missing":
+        return f"Say {name}: it is required here."
+    if kind == "extra_forbidden":
+        return f"Unknown field {name}."
+    return f"{name}: {message[:200]}."
+
+
+# Each area's operations, mounted at /api/v1/.
+for area in (pipelines,):
+    api.add_router("", area.router)
