@@ -11,14 +11,15 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse, RawPostDataException
 from django.urls import reverse
 from ninja import NinjaAPI, Swagger
-from ninja.parser import Parser
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 
 from deployhub.api import auth, pipelines
 from deployhub.api.v1 import PEOPLE
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.golden import GoldenError
 from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+
 
 class HubAPI(NinjaAPI):
     """Mounted without a URL namespace (deployhub/urls.py): an operation keeps the URL name
