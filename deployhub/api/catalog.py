@@ -4,6 +4,7 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub import json_input
 from deployhub.api.auth import (
@@ -35,6 +36,9 @@ from deployhub.registry.uploads import (
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 from workers.tasks import TASKS
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["models"])
 
 
 def version_json(version):

@@ -6,6 +6,7 @@ from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
+from ninja import Router
 
 from deployhub.api.auth import (
     BadInput,
@@ -47,6 +48,10 @@ WRONG_TOKEN = (
 SECRET_CHARS = 200
 # The most an enrolment token may say of itself.
 MAX_DAYS, MAX_DEVICES = 3650, 1_000_000
+
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["enrolment"])
 
 
 @csrf_exempt

@@ -2,10 +2,14 @@
 
 from django.http import JsonResponse
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub.api.auth import for_pipelines, token_required
 from deployhub.figures.tradeoffs import Filters, explore
 from deployhub.registry.access import get_model_for_user
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["results"])
 
 
 def _point(facet, point):

@@ -3,6 +3,7 @@
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub.api.auth import (
     BadInput,
@@ -23,6 +24,9 @@ from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.backends.known import DEFAULT_BACKEND
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["engines and devices"])
 
 
 def device_json(device, changes=False):

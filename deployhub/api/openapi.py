@@ -14,7 +14,21 @@ from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from deployhub.api import auth, pipelines
+from deployhub.api import (
+    auth,
+    catalog,
+    devices,
+    enrolment,
+    figures,
+    fleet,
+    jobs,
+    parity,
+    pipelines,
+    production,
+    releases,
+    results,
+    teams,
+)
 from deployhub.api.v1 import PEOPLE
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.golden import GoldenError
@@ -142,6 +156,20 @@ def _said(error):
     return f"{name}: {message[:200]}."
 
 
-# Each area's operations, mounted at /api/v1/.
-for area in (pipelines,):
+# Each area's operations, mounted at /api/v1/: one module per area, each with its router.
+AREAS = (
+    catalog,
+    results,
+    figures,
+    parity,
+    production,
+    releases,
+    fleet,
+    enrolment,
+    pipelines,
+    jobs,
+    devices,
+    teams,
+)
+for area in AREAS:
     api.add_router("", area.router)

@@ -2,6 +2,7 @@
 
 from django.http import JsonResponse
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub.api.auth import BadInput, for_pipelines, token_required
 from deployhub.parity.actions import no_worker_warning, submit_parity
@@ -11,6 +12,9 @@ from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.parity import PackError, pack_format
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["parity"])
 
 
 def run_json(run):

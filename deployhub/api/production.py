@@ -7,6 +7,7 @@ and whether a rebuild is on its way (docs/protocol.md, "Devices follow productio
 
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
+from ninja import Router
 
 from deployhub.api.auth import BadInput, device_required, error
 from deployhub.engines.actions import compatibility, key_for
@@ -15,6 +16,9 @@ from deployhub.registry.models import Model
 from deployhub.releases.actions import production_of
 from deployhub.releases.evidence import queued_rebuild
 from deployhub.releases.models import Release, ReleaseState
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["releases"])
 
 
 def _model_id(request):

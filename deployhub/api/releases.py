@@ -11,6 +11,7 @@ import functools
 from django.http import JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.engines.access import get_engine_for_user
@@ -21,6 +22,10 @@ from deployhub.releases.access import get_release_for_user
 from deployhub.releases.models import Decision
 
 DECISIONS = tuple(dict(Decision.choices()))
+
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["releases"])
 
 
 def release_rules(view):

@@ -2,6 +2,7 @@
 
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from deployhub.api.auth import BadInput, error, for_pipelines, json_body, token_required
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
@@ -14,6 +15,9 @@ from deployhub.engines.access import get_engine_for_user
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
+
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+router = Router(tags=["results"])
 
 
 def _form(request, version, device_class=None):
