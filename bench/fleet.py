@@ -15,7 +15,7 @@ FLEET_GUNICORN. Four rows:
   class of a few asking devices: commit → the device holding the claimed job, beside a
   bare Celery task's send → start (bench/bare_celery.py), in turn, in the same run.
 - bench_fleet_backlog: take_next_job on an empty queue against 10,000 queued jobs over 50
-  classes, two databases timed side by side; and the plan of its candidate query.
+  classes, two databases timed side by side; and the plan of its statement.
 - bench_fleet_reconnect: the device API killed under 300 asking devices and started 5 s
   later: when each device's next ask succeeds, from when the hub answers again.
 
@@ -523,12 +523,14 @@ class Prober:
 
 
 def candidate_plan(device):
-    """EXPLAIN of take_next_job's candidate query for the device, as text."""
+    """EXPLAIN of the statement take_next_job runs for the device on PostgreSQL, as text: it
+    takes the oldest queued job of the class (Job.objects.take_oldest)."""
     from django.db import connection
+    from django.utils import timezone
 
-    from deployhub.jobs.actions import oldest_queued_query
+    from deployhub.jobs.models import Job
 
-    sql, params = oldest_queued_query(device)
+    sql, params = Job.objects.oldest_statement(device, lease_expires_at=timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
@@ -536,7 +538,7 @@ def candidate_plan(device):
 
 def bench_fleet_backlog():
     """Rows: take_next_job with 10,000 queued jobs over 50 classes against an empty queue,
-    the two databases timed in turn; and whether the candidate query uses its index."""
+    the two databases timed in turn; and whether its statement reads the partial index."""
     from django.conf import settings
     from django.db import connections
 
@@ -582,7 +584,7 @@ def backlog_rows(empty, full, plan):
             BACKLOG_RATIO,
         ),
         note(
-            f"{label}: its candidate query reads the partial index job_queued_by_class",
+            f"{label}: its statement reads the partial index job_queued_by_class",
             None,
             "",
             "PASS" if uses_index else "MISS",

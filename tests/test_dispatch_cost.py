@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind, JobState
-from deployhub.teams.models import Webhook, WebhookDelivery
+from deployhub.teams.models import Event, Webhook, WebhookDelivery
 from tests.api_calls import call
 from tests.conftest import ROOT
 
@@ -96,3 +96,28 @@ def test_it_keeps_database_connections_between_requests(tmp_path):
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_an_ask_for_work_takes_records_and_tells_webhooks_in_one_statement(
+    client, demo_team, alice, device_class, make_device, django_capture_on_commit_callbacks
+):
+    """HTTPS mode on PostgreSQL: the oldest queued job is taken, its claim's event written and
+    the team's webhooks looked up by one statement; the event is in the trail as any other."""
+    Webhook.objects.create(team=demo_team, url="https://ci.example.com/hook", events=["job.c"])
+    device, token = make_device()
+    call(client, token, "device/work", {"wait": 0})  # now an HTTPS device
+    job = submit_job(team=demo_team, kind=JobKind.NOOP, device_class=device_class, user=alice)
+    with CaptureQueriesContext(connection) as queries:
+        with django_capture_on_commit_callbacks(execute=True):
+            answer = call(client, token, "device/work", {"wait": 0}).json()
+    assert answer["job"]["id"] == job.pk
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.device == device
+    assert job.log.endswith(f"attempt 1 claimed by device {device.name}\n")
+    [take] = [q["sql"] for q in queries.captured_queries if "jobs_job" in q["sql"]]
+    assert "SKIP LOCKED" in take and "teams_event" in take
+    [event] = Event.objects.filter(verb="job.claimed", target_id=job.pk)
+    assert event.actor == f"device:{device.name}" and event.team == demo_team
+    assert event.data == {"attempt": 1, "before": "queued", "after": "running"}
+    [delivery] = WebhookDelivery.objects.filter(event__verb="job.claimed")
+    assert delivery.event == event

@@ -24,6 +24,7 @@ from deployhub.jobs.models import (
 )
 from deployhub.json_input import tail
 from deployhub.teams.models import Event
+from deployhub.teams.webhooks import announce_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,8 @@ def take_next_job(device):
     """
     if device.draining:
         return None
+    if connection.vendor == "postgresql":
+        return _take_oldest(device)
     candidates = _oldest_queued(device)
     for job_id, attempt in candidates:
         with transaction.atomic():
@@ -192,6 +195,20 @@ def take_next_job(device):
     if candidates:
         raise Outrun(f"{len(candidates)} queued job(s) taken by others first")
     return None
+
+
+def _take_oldest(device):
+    """take_next_job on PostgreSQL: one statement takes the oldest queued job and records
+    its claim (Job.objects.take_oldest), outside a transaction of its own; the team's
+    webhooks hear of it as of every event."""
+    taken = Job.objects.take_oldest(device, lease_expires_at=_lease_end())
+    if taken is None:
+        return None
+    job, event, webhooks = taken
+    job.team = device.device_class.team  # the same row, loaded with the device: no query
+    if webhooks:
+        announce_on_commit(event)  # no transaction here: at once
+    return job
 
 
 def _oldest_queued(device):

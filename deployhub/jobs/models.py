@@ -1,6 +1,7 @@
 """Jobs: the database row is the truth; the broker only carries its id."""
 
 import functools
+import json
 
 from django.conf import settings
 from django.db import connection, models
@@ -10,6 +11,7 @@ from django.utils import timezone
 from deployhub.choices import ChoiceSet
 from deployhub.devices.models import TOKEN_PREFIX, hash_token, token_lookup
 from deployhub.handwritten import Columns, prepared_cursor
+from deployhub.teams.models import Event, Webhook
 from workers import kinds
 
 # How a worker classifies a failed build or first load (workers/backends/isolate.py); it
@@ -79,6 +81,16 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):
         to compile it than the database to run it (deployhub/handwritten.py).
         """
         return _claim_statement().take(connection, job_id, device, attempt, lease_expires_at)
+
+    def take_oldest(self, device, *, lease_expires_at):
+        """Take the oldest queued job of the device's class for it and record its claim's
+        event, in one statement (PostgreSQL only); return (the job, the event, whether its
+        team has active webhooks), or None. See _ClaimStatement.take_oldest."""
+        return _claim_statement().take_oldest(connection, device, lease_expires_at)
+
+    def oldest_statement(self, device, *, lease_expires_at):
+        """take_oldest's statement and its parameters (make bench explains its plan)."""
+        return _claim_statement().oldest_statement(connection, device, lease_expires_at)
 
     def take_for_token(self, job_id, token, address, attempt, *, lease_expires_at):
         """Take the job for the device holding the token, in one statement that authenticates
@@ -266,6 +278,81 @@ class _ClaimStatement:
         device = self.devices.device_of(row[len(self.job) :], connection)
         job.device, job.device_class = device, device.device_class
         return job, device
+
+    def take_oldest(self, connection, device, lease_expires_at):
+        """Take the oldest queued job of the device's class for it and record the claim's
+        event, in one statement (PostgreSQL); return (the job, the event, whether the team
+        has active webhooks), or None when none is queued or the device is drained or
+        revoked now. Another device's statement at the same moment skips the row this one
+        locks (SKIP LOCKED) and takes the next."""
+        sql, params = self.oldest_statement(connection, device, lease_expires_at)
+        with prepared_cursor(connection) as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        job = self.job.instance(row[: len(self.job)], connection)
+        job.device, job.device_class = device, device.device_class
+        event_id, webhooks = row[len(self.job) :]
+        return job, self.event(job, event_id, params), webhooks
+
+    def oldest_statement(self, connection, device, lease_expires_at):
+        """take_oldest's statement for the device, and its parameters."""
+        params = self._params(connection, 0, 0, lease_expires_at)
+        params.update(
+            device=device.pk,
+            name=device.name,
+            actor=f"device:{device}",
+            device_class=device.device_class_id,
+            log=f"{log_stamp()}attempt ",
+            claimed_by=" claimed by device ",
+            event_data=json.dumps({"before": JobState.QUEUED, "after": JobState.RUNNING}),
+            now=connection.ops.adapt_datetimefield_value(timezone.now()),
+        )
+        return self.oldest_sql(connection), params
+
+    def event(self, job, event_id, params):
+        """The claim's event as take_oldest's statement wrote it (not read back)."""
+        data = {"attempt": job.attempt, "before": JobState.QUEUED, "after": JobState.RUNNING}
+        return Event.from_db(
+            "default",
+            ["id", "team_id", "actor", "verb", "target_type", "target_id", "data", "created_at"],
+            [event_id, job.team_id, params["actor"], "job.claimed", "job", job.pk, data, None],
+        )
+
+    def oldest_sql(self, connection):
+        key = (connection.vendor, "oldest")
+        if key not in self._sql:
+            self._sql[key] = self._written_oldest(connection)
+        return self._sql[key]
+
+    def _written_oldest(self, connection):
+        """The oldest queued job of the class, read through the partial index that holds only
+        queued jobs (its state is written out, not a parameter, so a prepared statement's
+        generic plan still matches that index), taken and its claim recorded."""
+        quote = connection.ops.quote_name
+        job, device = quote(Job._meta.db_table), quote(self.devices.device.model._meta.db_table)
+        event, webhook = quote(Event._meta.db_table), quote(Webhook._meta.db_table)
+        queued = "'" + JobState.QUEUED + "'"
+        tail = self.TAIL["postgresql"].format(
+            f"{job}.log || %(log)s || {job}.attempt || %(claimed_by)s || %(name)s || %(newline)s"
+        )
+        return (
+            f"WITH oldest AS (SELECT id FROM {job} WHERE device_class_id = %(device_class)s "
+            f"AND state = {queued} AND EXISTS (SELECT 1 FROM {device} WHERE id = %(device)s "
+            f"AND NOT draining AND revoked_at IS NULL) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"taken AS (UPDATE {job} SET state = %(running)s, device_id = %(device)s, "
+            f"started_at = COALESCE({job}.started_at, CLOCK_TIMESTAMP()), "
+            f"lease_expires_at = %(lease)s, progress = 0.0, message = %(message)s || %(name)s, "
+            f"log = {tail} FROM oldest WHERE {job}.id = oldest.id AND {job}.state = {queued} "
+            f"RETURNING {self.job.sql(connection)}), "
+            f"recorded AS (INSERT INTO {event} (team_id, actor, verb, target_type, target_id, "
+            f"data, created_at) SELECT taken.team_id, %(actor)s, 'job.claimed', 'job', taken.id, "
+            f"jsonb_build_object('attempt', taken.attempt) || %(event_data)s::jsonb, %(now)s "
+            f"FROM taken RETURNING id) "
+            f"SELECT taken.*, (SELECT id FROM recorded), EXISTS (SELECT 1 FROM {webhook} "
+            f"WHERE team_id = taken.team_id AND active) FROM taken"
+        )
 
     def _params(self, connection, job_id, attempt, lease_expires_at):
         return {
