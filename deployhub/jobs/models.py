@@ -340,7 +340,8 @@ class _ClaimStatement:
         return (
             f"WITH oldest AS (SELECT id FROM {job} WHERE device_class_id = %(device_class)s "
             f"AND state = {queued} AND EXISTS (SELECT 1 FROM {device} WHERE id = %(device)s "
-            f"AND NOT draining AND revoked_at IS NULL) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"AND NOT draining AND revoked_at IS NULL) "
+            f"ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED), "
             f"taken AS (UPDATE {job} SET state = %(running)s, device_id = %(device)s, "
             f"started_at = COALESCE({job}.started_at, CLOCK_TIMESTAMP()), "
             f"lease_expires_at = %(lease)s, progress = 0.0, message = %(message)s || %(name)s, "
