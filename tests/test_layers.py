@@ -30,7 +30,7 @@ def test_every_layer_contract_is_kept():
 def copy_of_the_code(folder):
     """Copy the packages and the contracts into folder, for a test to break them there."""
     skip = shutil.ignore_patterns("*.onnx", "*.npz", "*.png", "__pycache__", "migrations")
-    for package in ("deployhub", "workers"):
+    for package in ("deployhub", "workers", "deployhub_client"):
         shutil.copytree(ROOT / package, folder / package, ignore=skip)
     shutil.copy(ROOT / "pyproject.toml", folder)
     return folder
@@ -94,3 +94,16 @@ def test_an_import_from_a_test_file_is_found(tmp_path):
         "tests/test_new.py:1 imports tests.test_protocol",
         "tests/test_new.py:2 imports tests.test_engines",
     }
+
+
+def test_the_client_importing_the_hub_breaks_its_contract(tmp_path):
+    copy_of_the_code(tmp_path)
+    (tmp_path / "deployhub_client" / "leak.py").write_text(
+        "import deployhub.choices  # noqa: F401\nimport django.conf  # noqa: F401\n"
+    )
+
+    completed = lint_imports(tmp_path)
+
+    assert completed.returncode != 0
+    assert "deployhub_client.leak -> deployhub.choices (l.1)" in completed.stdout
+    assert "deployhub_client.leak -> django (l.2)" in completed.stdout
