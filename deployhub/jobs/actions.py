@@ -227,7 +227,7 @@ def oldest_queued_query(device):
     sql = (
         f"SELECT id, attempt FROM {jobs} WHERE device_class_id = %s AND state = %s "
         f"AND EXISTS (SELECT 1 FROM {devices} WHERE id = %s AND NOT draining "
-        f"AND revoked_at IS NULL) ORDER BY id LIMIT {NEXT_JOB_CANDIDATES}"
+        f"AND revoked_at IS NULL) ORDER BY created_at, id LIMIT {NEXT_JOB_CANDIDATES}"
     )
     return sql, [device.device_class_id, JobState.QUEUED, device.pk]
 

@@ -167,9 +167,12 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             # A device asking for work over HTTPS takes its class's oldest queued job: the
-            # cost of finding it does not grow with the backlog (docs/protocol.md).
+            # cost of finding it does not grow with the backlog (docs/protocol.md). By age,
+            # an order only this index keeps: by id, PostgreSQL's planner may walk the
+            # primary key instead, past every job taken before (a backlog just queued, as
+            # ANALYZE saw it, looks cheap to walk), and each take costs more than the last.
             models.Index(
-                fields=["device_class", "id"],
+                fields=["device_class", "created_at", "id"],
                 condition=models.Q(state="queued"),
                 name="job_queued_by_class",
             )
@@ -341,7 +344,7 @@ class _ClaimStatement:
             f"WITH oldest AS (SELECT id FROM {job} WHERE device_class_id = %(device_class)s "
             f"AND state = {queued} AND EXISTS (SELECT 1 FROM {device} WHERE id = %(device)s "
             f"AND NOT draining AND revoked_at IS NULL) "
-            f"ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED), "
+            f"ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED), "
             f"taken AS (UPDATE {job} SET state = %(running)s, device_id = %(device)s, "
             f"started_at = COALESCE({job}.started_at, CLOCK_TIMESTAMP()), "
             f"lease_expires_at = %(lease)s, progress = 0.0, message = %(message)s || %(name)s, "
