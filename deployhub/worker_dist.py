@@ -34,9 +34,10 @@ from workers.version import OLDEST_PROTOCOL, PROTOCOL, worker_version
 
 logger = logging.getLogger(__name__)
 
-# What the wheel is built from, beside the two packages: what pyproject.toml reads.
+# What the wheel is built from, beside its packages: what pyproject.toml reads.
 PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE")
-PACKAGES = ("deployhub", "workers")
+# The worker, and the client a pipeline installs from the same wheel (deployhub[client]).
+PACKAGES = ("deployhub", "workers", "deployhub_client")
 # Built wheels of this many versions or sources are kept (a rolling restart serves two).
 KEPT_BUILDS = 3
 BUILD_SECONDS = 600

@@ -35,14 +35,14 @@ NO_RECOMMENDATION = ("nothing_eligible", "all_failed", "nothing_tried")
 
 # operationId -> the command line that calls it (read by the docs' generator).
 COMMANDS_BY_OPERATION = {
-    "model_list": "deployhub models list",
-    "model_create": "deployhub models upload FILE --model NEW-NAME",
-    "model_versions": "deployhub models upload FILE --model NAME",
+    "models": "deployhub models list",
+    "create_model_with_its_file": "deployhub models upload FILE --model NEW-NAME",
+    "upload_version": "deployhub models upload FILE --model NAME",
     "model_detail": "deployhub models show MODEL",
-    "version_datasets": "deployhub datasets add FILE --version MODEL[:VERSION] --kind validation",
+    "attach_dataset": "deployhub datasets add FILE --version MODEL[:VERSION] --kind validation",
     "version_auto": "deployhub auto MODEL[:VERSION] --class SLUG",
     "auto_run_detail": "deployhub auto MODEL[:VERSION] --class SLUG --wait",
-    "model_results": "deployhub results MODEL",
+    "model_results_json": "deployhub results MODEL",
     "model_results_csv": "deployhub results MODEL --csv",
     "jobs_submit": "deployhub jobs submit KIND --version MODEL[:VERSION] --class SLUG",
     "jobs_list": "deployhub jobs list",
@@ -52,7 +52,8 @@ COMMANDS_BY_OPERATION = {
     "device_classes": "deployhub classes",
     "devices_list": "deployhub devices",
     "engine_detail": "deployhub engines show ENGINE",
-    "engine_file": "deployhub engines download ENGINE",
+    "engine_compatibility": "deployhub engines download ENGINE",
+    "engine_file": "deployhub engines download ENGINE --any-machine",
     "engine_releases": "deployhub releases propose ENGINE",
     "release_detail": "deployhub releases show RELEASE",
     "release_submit": "deployhub releases submit RELEASE",
@@ -83,7 +84,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except HubError as error:
-            as_json = (ctx.obj or {}).get("json")
+            as_json = ctx.find_root().ensure_object(dict).get("json")
             if as_json:
                 click.echo(json.dumps({"error": error.message, "status": error.status}))
             else:
@@ -95,7 +96,8 @@ def with_json(command):
     """Add --json to a command: its answer as JSON on stdout instead of text or a table."""
 
     def remember(ctx, _param, value):
-        ctx.ensure_object(dict)["json"] = ctx.obj.get("json") or value
+        root = ctx.find_root().ensure_object(dict)
+        root["json"] = root.get("json") or value
         return value
 
     return click.option(

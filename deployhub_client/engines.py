@@ -3,7 +3,7 @@
 An engine is executable: loading a crafted one can run code. download() keeps a file only
 when its bytes have the sha256 the hub stored and that sha256 carries the hub's Ed25519
 signature, checked with the same code a device worker runs (workers/signing.py, no Django),
-and, for_this_machine, only when this machine's toolchain is the one it was built for.
+and, for_this_machine, only when the hub finds this machine's toolchain runs it.
 """
 
 import hashlib
@@ -37,7 +37,23 @@ class Engines:
         """An engine: its build, compatibility key, sha256, signature, gates and status."""
         return self.hub.call(ops.ENGINE_DETAIL, engine)
 
-    @calls(ops.ENGINE_DETAIL, ops.ENGINE_FILE)
+    @calls(ops.ENGINE_COMPATIBILITY)
+    def compatibility(self, engine: int, fingerprint: dict) -> dict:
+        """Whether a machine with this fingerprint runs the engine: {"runs", "reason",
+        "differences"} (the hub's own check; nothing is stored)."""
+        return self.hub.call(ops.ENGINE_COMPATIBILITY, engine, json={"fingerprint": fingerprint})
+
+    @calls(ops.ENGINE_COMPATIBILITY)
+    def check_this_machine(self, engine: int) -> None:
+        """Raise EngineRefused unless the hub finds this machine's toolchain runs the engine."""
+        answer = self.compatibility(engine, this_machine())
+        if not answer["runs"]:
+            raise EngineRefused(
+                f"Engine #{engine} would not load here: {answer['reason']} Download with "
+                "for_this_machine=False (--any-machine) to keep it anyway."
+            )
+
+    @calls(ops.ENGINE_DETAIL, ops.ENGINE_COMPATIBILITY, ops.ENGINE_FILE)
     def download(
         self,
         engine_id: int,
@@ -54,7 +70,7 @@ class Engines:
         worker's runtimes installed); EngineRefused says which check failed."""
         info = self.get(engine_id)
         if for_this_machine:
-            check_this_machine(info)
+            self.check_this_machine(engine_id)
         key = public_key or os.environ.get(SIGNING_KEY_VARIABLE) or info.get("signing_public_key")
         response = self.hub.send("GET", path_of(ops.ENGINE_FILE, engine_id), stream=True)
         target = target_path(Path(dest), engine_id, response.headers)
@@ -103,23 +119,14 @@ def verify_file(path: Path, sha256: str, signature: str, public_key: str | None)
         raise EngineRefused(f"{exc}.") from exc
 
 
-def check_this_machine(info: dict) -> None:
-    """Raise EngineRefused unless this machine's toolchain gives the engine's compatibility
-    key (the fields a device worker reports, computed here with the worker's code)."""
+def this_machine() -> dict:
+    """This machine's fingerprint, as a device worker reports it (workers/fingerprint.py)."""
     try:
         from workers import fingerprint
-        from workers.backends import known
-        from workers.backends.base import compat_key, differences
+
+        return fingerprint.collect()
     except ImportError as exc:
         raise EngineRefused(
             f"Cannot read this machine's toolchain ({exc}): install the worker "
             '(pip install "deployhub[worker]") or download with for_this_machine=False.'
         ) from exc
-    backend = known.get(info["backend"])
-    fields = backend.compat_fields(fingerprint.collect(), info.get("build_config") or {})
-    if compat_key(backend.name, fields) != info.get("compat_key"):
-        changed = ", ".join(sorted(differences(info.get("compat_fields") or {}, fields)))
-        raise EngineRefused(
-            f"Engine #{info['id']} was built for another toolchain ({changed or 'its key'} "
-            "differ): it would not load here. Download with for_this_machine=False to keep it."
-        )

@@ -44,9 +44,9 @@ def calls(*operations):
 
 MULTIPART_VERSION = ("file", "notes", "preprocessing", "contract", "export_on")
 
-MODEL_LIST = operation("model_list", "GET", "models", paged=True)
+MODEL_LIST = operation("models", "GET", "models", paged=True)
 MODEL_CREATE = operation(
-    "model_create",
+    "create_model_with_its_file",
     "POST",
     "models",
     ("team", "name", "description", *MULTIPART_VERSION),
@@ -54,16 +54,15 @@ MODEL_CREATE = operation(
 )
 MODEL_DETAIL = operation("model_detail", "GET", "models/{pk}")
 MODEL_VERSIONS = operation(
-    "model_versions", "POST", "models/{pk}/versions", MULTIPART_VERSION, body="multipart"
+    "upload_version", "POST", "models/{pk}/versions", MULTIPART_VERSION, body="multipart"
 )
-VERSION_DETAIL = operation("version_detail", "GET", "versions/{pk}")
 VERSION_DATASETS = operation(
-    "version_datasets", "POST", "versions/{pk}/datasets", ("kind", "name", "file"), "multipart"
+    "attach_dataset", "POST", "versions/{pk}/datasets", ("kind", "name", "file"), "multipart"
 )
 VERSION_AUTO = operation("version_auto", "POST", "versions/{pk}/auto", ("device_class",), "json")
 AUTO_RUN_DETAIL = operation("auto_run_detail", "GET", "auto-runs/{pk}")
 RESULT_FILTERS = ("device_class", "backend", "precision", "vmin", "vmax")
-MODEL_RESULTS = operation("model_results", "GET", "models/{pk}/results", query=RESULT_FILTERS)
+MODEL_RESULTS = operation("model_results_json", "GET", "models/{pk}/results", query=RESULT_FILTERS)
 MODEL_RESULTS_CSV = operation(
     "model_results_csv", "GET", "models/{pk}/results/{kind}.csv", query=RESULT_FILTERS
 )
@@ -108,6 +107,9 @@ DEVICE_LIST = operation(
 )
 
 ENGINE_DETAIL = operation("engine_detail", "GET", "engines/{pk}")
+ENGINE_COMPATIBILITY = operation(
+    "engine_compatibility", "POST", "engines/{pk}/compatibility", ("fingerprint",), "json"
+)
 ENGINE_FILE = operation("engine_file", "GET", "engines/{pk}/file")
 
 RELEASE_PROPOSE = operation(
