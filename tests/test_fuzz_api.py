@@ -287,6 +287,7 @@ class World:
             "webhooks": webhook.pk,
         }
         self.slug = device_class.slug
+        self.team_slug = version.team.slug
         self.right = {
             "api": {**RIGHT, "device_class": device_class.slug, "team": version.team.slug},
             "page": {**RIGHT, "device_class": device_class.pk, "team": version.team.pk},
@@ -321,7 +322,7 @@ class World:
     def value(self, before, converter):
         """The id (or slug) of the world's object a route's argument names."""
         if converter == "slug":
-            return self.slug
+            return self.team_slug if before == "teams" else self.slug
         if converter == "str":
             return {"results": "benchmarks", "inputs": "model"}.get(before, "x")
         return self.ids.get(before, 999999)

@@ -83,3 +83,38 @@ def revoke_enrolment_token(record, user):
             team, user, "enrolment_token.revoked", record, token=record.token_hint, after="revoked"
         )
     return record
+
+
+def create_device_class(team, user, form):
+    """Save a valid DeviceClassForm as a new class of the team and record it; an admin of
+    the team only (the page's class form and API v1 both come here)."""
+    require_role(user, team, Role.ADMIN)
+    form.instance.team = team
+    with transaction.atomic():
+        device_class = form.save()
+        Event.record(team, user, "device_class.created", device_class, after="created")
+    return device_class
+
+
+def change_device_class(device_class, user, form):
+    """Save a valid DeviceClassEditForm of the class and record what changed, before and
+    after; an admin of its team only."""
+    require_role(user, device_class.team, Role.ADMIN)
+    with transaction.atomic():
+        form.save()
+        Event.record(
+            device_class.team,
+            user,
+            "device_class.changed",
+            device_class,
+            before={name: _recorded(form.initial.get(name)) for name in form.changed_data},
+            after={name: _recorded(form.cleaned_data.get(name)) for name in form.changed_data},
+        )
+    return device_class
+
+
+def _recorded(value):
+    """A form value as the audit trail keeps it: classes by slug, the rest as it is."""
+    if hasattr(value, "__iter__") and not isinstance(value, str):
+        return sorted(str(item) for item in value)
+    return value

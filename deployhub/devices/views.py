@@ -13,6 +13,8 @@ from deployhub.devices.access import (
     get_enrolment_token_for_user,
 )
 from deployhub.devices.actions import (
+    change_device_class,
+    create_device_class,
     create_enrolment_token,
     revoke_device,
     revoke_enrolment_token,
@@ -45,10 +47,7 @@ def device_classes(request):
         require_role(request.user, team, Role.ADMIN)
         form = DeviceClassForm(request.POST)
         if form.is_valid():
-            form.instance.team = team
-            device_class = form.save()
-            Event.record(team, request.user, "device_class.created", device_class, after="created")
-            return redirect(device_class)
+            return redirect(create_device_class(team, request.user, form))
     classes = team.device_classes.prefetch_related("devices") if team else []
     status = 400 if form.errors else 200
     context = {"classes": classes, "form": form, "hub_version": worker_version()}
@@ -152,15 +151,7 @@ def device_class_edit(request, pk):
     if not form.is_valid():
         context = _class_context(request, device_class, form=DeviceForm(), edit_form=form)
         return render(request, "devices/class_detail.html", context, status=400)
-    form.save()
-    Event.record(
-        device_class.team,
-        request.user,
-        "device_class.changed",
-        device_class,
-        before={name: _recorded(form.initial.get(name)) for name in form.changed_data},
-        after={name: _recorded(form.cleaned_data.get(name)) for name in form.changed_data},
-    )
+    change_device_class(device_class, request.user, form)
     messages.success(request, f"{device_class} saved: {form.instance.gate_rule}")
     return redirect(device_class)
 
@@ -243,10 +234,3 @@ def device_detail(request, pk):
         **device_sections.context(device),
     }
     return render(request, "devices/device_detail.html", context)
-
-
-def _recorded(value):
-    """A form value as the audit trail keeps it: classes by slug, the rest as it is."""
-    if hasattr(value, "__iter__") and not isinstance(value, str):
-        return sorted(str(item) for item in value)
-    return value

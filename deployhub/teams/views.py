@@ -13,6 +13,7 @@ from deployhub.teams import webhooks
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.audit import PAGE_SIZE, events_csv, filtered_events
 from deployhub.teams.models import ApiToken, Event, Role, TokenScope
+from deployhub.teams.team_settings import SettingsForm, change_settings, current_settings
 
 
 class TokenForm(forms.Form):
@@ -96,19 +97,11 @@ def audit_csv(request):
     return response
 
 
-class SettingsForm(forms.Form):
-    approvals_required = forms.IntegerField(
-        min_value=1,
-        max_value=10,
-        help_text="Approvals a release needs, from reviewers other than its author.",
-    )
-
-
 @login_required
 def team_settings(request):
     """The team's settings (admins change them): approvals a release needs, and webhooks."""
     team = _team(request)
-    form = SettingsForm(initial={"approvals_required": team.approvals_required})
+    form = SettingsForm(initial=current_settings(team))
     webhook_form, new_webhook = webhooks.WebhookForm(), None
     admin = team.role_of(request.user) == Role.ADMIN  # webhook URLs and answers can hold secrets
     if request.method == "POST":
@@ -124,17 +117,7 @@ def team_settings(request):
         else:
             form = SettingsForm(request.POST)
             if form.is_valid():
-                before = team.approvals_required
-                team.approvals_required = form.cleaned_data["approvals_required"]
-                team.save(update_fields=["approvals_required"])
-                Event.record(
-                    team,
-                    request.user,
-                    "team.settings",
-                    team,
-                    before={"approvals_required": before},
-                    after={"approvals_required": team.approvals_required},
-                )
+                change_settings(team, request.user, form)
                 messages.success(request, "Settings saved.")
                 return redirect("team_settings")
     context = {
