@@ -327,18 +327,31 @@ DEPLOYHUB_WEBHOOK_RETRY_DELAYS = [
     int(s) for s in env_list("DEPLOYHUB_WEBHOOK_RETRY_DELAYS", "30,120,600,3600")
 ]
 # Networks webhooks never reach (teams/addresses.py), checked on every address a webhook's
-# host resolves to when it is sent: the hub's own host (loopback), link-local, cloud metadata
-# services (169.254.169.254, AWS's fd00:ec2::254, Alibaba's 100.100.100.200), "this network",
-# multicast, reserved and local-use NAT64. DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS adds to them: a hub
-# serving teams it does not trust adds its private networks (10.0.0.0/8, 172.16.0.0/12,
-# 192.168.0.0/16, fc00::/7), which stay open by default (a CI server on the office network).
-# DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens a network inside them (127.0.0.1/32,::1/128 for a
-# relay on the hub's host). A mistyped network stops the hub here, named.
-WEBHOOK_CLOSED_NETWORKS = [
-    *("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"),
-    *("100.100.100.200/32", "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8", "240.0.0.0/4"),
-    "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215): where it embeds an IPv4 address varies
+# host resolves to when it is sent, by rule, named when one refuses:
+# 1. Always refused, by kind: the hub's own host (loopback), cloud metadata services
+#    (169.254.169.254, AWS's fd00:ec2::254, Alibaba's 100.100.100.200), link-local, "this
+#    network", multicast, reserved and local-use NAT64. Nothing opens them, except loopback in
+#    the embedded run (DEPLOYHUB_WEBHOOK_OPEN_NETWORKS=127.0.0.1/32,::1/128: a receiver on the
+#    developer's own machine); production (DEPLOYHUB_ENV=production) never reaches it.
+# 2. Private networks, unless DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE: off by default in production
+#    (a hub serving teams it does not trust), on in the embedded run (a CI server on the LAN).
+# 3. DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS, the operator's own additions.
+# DEPLOYHUB_WEBHOOK_OPEN_NETWORKS opens a network inside rules 2 and 3 (one CI server's
+# subnet). A mistyped network stops the hub here, named.
+WEBHOOK_ALWAYS_CLOSED = {
+    "loopback, the hub's own host": ["127.0.0.0/8", "::1/128"],
+    "a cloud metadata service": ["169.254.169.254/32", "fd00:ec2::254/128", "100.100.100.200/32"],
+    "link-local": ["169.254.0.0/16", "fe80::/10"],
+    '"this network", which reaches the hub\'s own host': ["0.0.0.0/8", "::/128"],
+    "multicast": ["224.0.0.0/4", "ff00::/8"],
+    "reserved": ["240.0.0.0/4"],
+    "local-use NAT64, where the IPv4 address it carries varies": ["64:ff9b:1::/48"],
+}
+WEBHOOK_CLOSED_NETWORKS = [net for nets in WEBHOOK_ALWAYS_CLOSED.values() for net in nets]
+WEBHOOK_PRIVATE_NETWORKS = [
+    *("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"),
 ]
+DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = env_bool("DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE", not PRODUCTION)
 DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS = [
     str(ipaddress.ip_network(network))
     for network in [*WEBHOOK_CLOSED_NETWORKS, *env_list("DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS", "")]

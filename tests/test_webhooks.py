@@ -3,7 +3,9 @@
 import hashlib
 import hmac
 import html
+import ipaddress
 import json
+import secrets
 import subprocess
 import sys
 import threading
@@ -445,31 +447,36 @@ def test_an_attempt_that_just_began_sending_is_not_given_up(demo_team, alice):
 
 # Webhooks never reach the hub's own host or a cloud's metadata service (teams/addresses.py).
 
+LOOPBACK, METADATA, THIS_NETWORK = "is loopback", "is a cloud metadata service", '"this network"'
 BLOCKED_URLS = [
-    "http://127.0.0.1:8080/hook",
-    "http://localhost/hook",
-    "http://LOCALHOST./hook",
-    "http://[::1]:5432/",
-    "http://169.254.169.254/latest/meta-data/",
-    "http://0.0.0.0:6379/",
+    ("http://127.0.0.1:8080/hook", LOOPBACK),
+    ("http://localhost/hook", LOOPBACK),
+    ("http://LOCALHOST./hook", LOOPBACK),
+    ("http://[::1]:5432/", LOOPBACK),
+    ("http://169.254.169.254/latest/meta-data/", METADATA),
+    ("http://0.0.0.0:6379/", THIS_NETWORK),
     # 127.0.0.1 as the resolver also reads it, and carried by IPv6 addresses
-    *("http://127.1/", "http://2130706433/", "http://0x7f.1/", "http://127.0.0.1./"),
-    *("http://0/", "http://[::ffff:127.0.0.1]/hook", "http://[::127.0.0.1]/"),
-    *("http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/"),
+    *((url, LOOPBACK) for url in ("http://127.1/", "http://2130706433/", "http://0x7f.1/")),
+    ("http://127.0.0.1./", LOOPBACK),
+    ("http://0/", THIS_NETWORK),
+    ("http://[::ffff:127.0.0.1]/hook", LOOPBACK),
+    ("http://[::127.0.0.1]/", LOOPBACK),
+    ("http://[2002:7f00:1::]/", LOOPBACK),
+    ("http://[64:ff9b::a9fe:a9fe]/", METADATA),
 ]
 
 
-@pytest.mark.parametrize("url", BLOCKED_URLS)
+@pytest.mark.parametrize("url, rule", BLOCKED_URLS)
 def test_a_webhook_to_the_hubs_own_host_or_a_metadata_service_is_refused_on_the_page(
-    client, demo_team, alice, url
+    client, demo_team, alice, url, rule
 ):
     client.login(username="alice", password=PASSWORD)
 
     response = client.post("/team/settings/", {"action": "add_webhook", "url": url, "events": ""})
 
     assert response.status_code == 400
-    page = response.content.decode()
-    assert "which webhooks may not reach" in page and "DEPLOYHUB_WEBHOOK_BLOCKED_NETWORKS" in page
+    page = html.unescape(response.content.decode())
+    assert rule in page and "which webhooks never reach" in page
     assert not Webhook.objects.exists() and not Event.objects.filter(verb="webhook.created")
 
 
@@ -544,7 +551,7 @@ def test_a_host_name_that_resolves_to_a_blocked_address_is_not_sent_to(
     assert loopback_receiver.requests == []
     delivery = WebhookDelivery.objects.get()
     assert delivery.state == DeliveryState.FAILED and delivery.status_code is None
-    assert "127.0.0.1" in delivery.error and "which webhooks may not reach" in delivery.error
+    assert "127.0.0.1" in delivery.error and "is loopback" in delivery.error
 
 
 def test_a_name_is_sent_to_the_address_that_was_checked_not_where_it_resolves_next(
@@ -638,9 +645,10 @@ def test_opening_one_network_opens_nothing_else(settings):
     settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.0/8"]
 
     assert WebhookForm({"url": "http://127.0.0.1:8080/hook", "events": ""}).is_valid()
-    for url in ("http://localhost:8080/hook", "http://[::ffff:169.254.169.254]/"):
-        form = WebhookForm({"url": url, "events": ""})
-        assert not form.is_valid() and "DEPLOYHUB_WEBHOOK_OPEN_NETWORKS" in form.errors["url"][0]
+    form = WebhookForm({"url": "http://localhost:8080/hook", "events": ""})
+    assert not form.is_valid() and "(::1) is loopback" in form.errors["url"][0]
+    form = WebhookForm({"url": "http://[::ffff:169.254.169.254]/", "events": ""})
+    assert not form.is_valid() and "whatever the settings" in form.errors["url"][0]
 
     settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["127.0.0.1/32", "::1/128"]
     assert WebhookForm({"url": "http://localhost:8080/hook", "events": ""}).is_valid()
@@ -676,3 +684,223 @@ def test_an_attempt_over_many_addresses_that_never_answer_keeps_to_its_timeout(
 
     delivery = WebhookDelivery.objects.get()
     assert delivery.state == DeliveryState.FAILED and delivery.duration_ms < 1500
+
+
+# Every address a webhook's host resolves to, checked where the connection is made: a test
+# resolver names each forbidden range, and any connection the sender opens goes to a real
+# listener on loopback that counts them, so nothing leaves the machine and none is missed.
+
+FORBIDDEN = {
+    "loopback.test": ("127.0.0.1", "is loopback"),
+    "loopback-far.test": ("127.254.3.4", "is loopback"),
+    "ip6-loopback.test": ("::1", "is loopback"),
+    "metadata.test": ("169.254.169.254", "is a cloud metadata service"),
+    "aws6-metadata.test": ("fd00:ec2::254", "is a cloud metadata service"),
+    "alibaba-metadata.test": ("100.100.100.200", "is a cloud metadata service"),
+    "link-local.test": ("169.254.7.7", "is link-local"),
+    "ip6-link-local.test": ("fe80::1", "is link-local"),
+    "this-network.test": ("0.0.0.0", '"this network"'),
+    "mapped-loopback.test": ("::ffff:127.0.0.1", "which carries 127.0.0.1, is loopback"),
+    "mapped-metadata.test": ("::ffff:169.254.169.254", "is a cloud metadata service"),
+    "nat64-metadata.test": ("64:ff9b::a9fe:a9fe", "is a cloud metadata service"),
+    "6to4-loopback.test": ("2002:7f00:1::", "which carries 127.0.0.1, is loopback"),
+    "ten.test": ("10.1.2.3", "private network 10.0.0.0/8"),
+    "seventeen.test": ("172.16.5.4", "private network 172.16.0.0/12"),
+    "home.test": ("192.168.1.1", "private network 192.168.0.0/16"),
+    "cgnat.test": ("100.64.0.1", "private network 100.64.0.0/10"),
+    "ula.test": ("fd12::1", "private network fc00::/7"),
+    "mapped-ten.test": ("::ffff:10.0.0.1", "private network 10.0.0.0/8"),
+}
+ALWAYS_REFUSED = [name for name, (_, rule) in FORBIDDEN.items() if "private" not in rule]
+NOT_LOOPBACK = [name for name in ALWAYS_REFUSED if "loopback" not in FORBIDDEN[name][1]]
+
+
+class CountingListener(Receiver):
+    """A receiver on loopback that also counts the connections it accepts."""
+
+    def __init__(self):
+        super().__init__()
+        self.connections = 0
+        accept = self.server.get_request
+
+        def counted():
+            self.connections += 1
+            return accept()
+
+        self.server.get_request = counted
+
+
+@pytest.fixture
+def listener():
+    server = CountingListener()
+    server.thread.start()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture
+def test_resolver(monkeypatch, listener):
+    """Names under .test resolve to FORBIDDEN's addresses (and private.test to 10.20.30.40);
+    each connection the sender opens is recorded and made to the listener instead."""
+    import socket
+
+    names = {name: address for name, (address, _) in FORBIDDEN.items()}
+    names["private.test"] = "10.20.30.40"
+    real_resolve, real_connect, asked = socket.getaddrinfo, socket.create_connection, []
+
+    def resolve(host, port, *args, **kwargs):
+        if not str(host).endswith(".test"):
+            return real_resolve(host, port, *args, **kwargs)
+        address = names[host]
+        if ":" in address:
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    def connect(address, *args, **kwargs):
+        asked.append(address[0])
+        return real_connect(listener.server.server_address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    monkeypatch.setattr(socket, "create_connection", connect)
+    return asked
+
+
+def delivered_to(capture, team, actor, host, settings, port=8080):
+    """Send one event to a webhook at the host, with no retries; return its attempt."""
+    settings.DEPLOYHUB_WEBHOOK_RETRY_DELAYS = []
+    Webhook.objects.create(team=team, url=f"http://{host}:{port}/hook")
+    record_committed(capture, team, actor, "job.failed", team)
+    return WebhookDelivery.objects.get()
+
+
+@pytest.mark.parametrize("name", FORBIDDEN)
+def test_a_name_resolving_to_a_forbidden_range_is_never_connected_to(
+    test_resolver, listener, eager_hub, settings, demo_team, alice,
+    django_capture_on_commit_callbacks, name,
+):  # fmt: skip
+    """Production's defaults: private networks refused too. The attempt says which rule."""
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = False
+    address, rule = FORBIDDEN[name]
+    address = str(ipaddress.ip_address(address))  # as Python writes it
+
+    delivery = delivered_to(django_capture_on_commit_callbacks, demo_team, alice, name, settings)
+
+    assert test_resolver == [] and listener.connections == 0 and listener.requests == []
+    assert delivery.state == DeliveryState.FAILED and delivery.status_code is None
+    assert f"Refused: {name} ({address})" in delivery.error and rule in delivery.error
+    if "private" in rule:
+        assert "DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE is on (it is off" in delivery.error
+
+
+@pytest.mark.parametrize(
+    "name, production",
+    [*((name, True) for name in ALWAYS_REFUSED), *((name, False) for name in NOT_LOOPBACK)],
+)
+def test_allowing_private_networks_still_refuses_loopback_link_local_and_metadata(
+    test_resolver, listener, eager_hub, settings, demo_team, alice,
+    django_capture_on_commit_callbacks, name, production,
+):  # fmt: skip
+    """Whatever the settings; only the embedded run may open loopback (the next tests)."""
+    settings.PRODUCTION = production
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = True
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["0.0.0.0/0", "::/0"]  # opens no always-closed kind
+
+    delivery = delivered_to(django_capture_on_commit_callbacks, demo_team, alice, name, settings)
+
+    assert test_resolver == [] and listener.connections == 0
+    assert delivery.state == DeliveryState.FAILED and "never reach" in delivery.error
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_private_receiver_is_reached_only_when_the_operator_allows_it(
+    test_resolver, listener, eager_hub, settings, demo_team, alice,
+    django_capture_on_commit_callbacks, allowed,
+):  # fmt: skip
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = allowed
+
+    capture = django_capture_on_commit_callbacks
+    delivery = delivered_to(capture, demo_team, alice, "private.test", settings)
+
+    assert (delivery.state == DeliveryState.SUCCEEDED) is allowed
+    assert test_resolver == (["10.20.30.40"] if allowed else [])
+    assert len(listener.requests) == listener.connections == int(allowed)
+
+
+def test_an_open_network_reaches_one_private_subnet_while_the_rest_stay_refused(settings):
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = False
+    settings.DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = ["10.20.0.0/16"]
+
+    assert WebhookForm({"url": "http://10.20.30.40/hook", "events": ""}).is_valid()
+    form = WebhookForm({"url": "http://10.21.0.1/hook", "events": ""})
+    assert not form.is_valid() and "private network 10.0.0.0/8" in form.errors["url"][0]
+
+
+def test_a_redirect_to_a_forbidden_address_is_not_followed(
+    test_resolver, listener, eager_hub, settings, demo_team, alice,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """The receiver (a private one, allowed) redirects to the metadata service."""
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = True
+    listener.statuses = [302]  # with this Location:
+    listener.url = lambda path: "http://169.254.169.254/latest/meta-data/"
+
+    capture = django_capture_on_commit_callbacks
+    delivery = delivered_to(capture, demo_team, alice, "private.test", settings)
+
+    assert test_resolver == ["10.20.30.40"] and listener.connections == 1
+    assert [path for path, _, _ in listener.requests] == ["/hook"]
+    assert delivery.state == DeliveryState.FAILED and delivery.status_code == 302
+    assert "a redirect: webhooks follow none" in delivery.error
+
+
+@pytest.mark.parametrize("production", [False, True])
+def test_loopback_opens_for_a_local_receiver_in_the_embedded_run_only(
+    receiver, eager_hub, settings, demo_team, alice, django_capture_on_commit_callbacks,
+    production,
+):  # fmt: skip
+    """receiver opens 127.0.0.0/8 with DEPLOYHUB_WEBHOOK_OPEN_NETWORKS; production ignores it."""
+    settings.PRODUCTION = production
+    port = receiver.server.server_address[1]
+
+    capture = django_capture_on_commit_callbacks
+    delivery = delivered_to(capture, demo_team, alice, "127.0.0.1", settings, port)
+
+    assert (delivery.state == DeliveryState.SUCCEEDED) is not production
+    assert len(receiver.requests) == int(not production)
+    if production:
+        assert "in production nothing does" in delivery.error
+
+
+@pytest.mark.parametrize(
+    "env, allowed",
+    [
+        ({"DEPLOYHUB_ENV": "embedded"}, "True"),
+        ({"DEPLOYHUB_ENV": "production"}, "False"),
+        ({"DEPLOYHUB_ENV": "production", "DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE": "true"}, "True"),
+        ({"DEPLOYHUB_ENV": "embedded", "DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE": "false"}, "False"),
+    ],
+)
+def test_private_networks_are_refused_by_default_in_production_and_allowed_embedded(env, allowed):
+    key = "k" + secrets.token_urlsafe(60)
+    code = "from django.conf import settings; print(settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE)"
+    started = hub_started_with(code, SECRET_KEY=key, ALLOWED_HOSTS="hub.example.com", **env)
+
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == allowed
+
+
+def test_the_settings_page_says_where_webhooks_may_go(client, settings, demo_team, alice):
+    settings.DEPLOYHUB_WEBHOOK_ALLOW_PRIVATE = False
+    client.login(username="alice", password=PASSWORD)
+
+    page = html.unescape(client.get("/team/settings/").content.decode())
+    refused = client.post(
+        "/team/settings/", {"action": "add_webhook", "url": "http://192.168.1.20/", "events": ""}
+    )
+
+    assert "Always refused: loopback, a cloud metadata service, link-local" in page
+    assert "Private networks (10.0.0.0/8, " in page and "refused (DEPLOYHUB_WEBHOOK_ALLOW_" in page
+    assert refused.status_code == 400 and not Webhook.objects.exists()
+    said = html.unescape(refused.content.decode())
+    assert "192.168.1.20 is in the private network 192.168.0.0/16" in said

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.teams.access import as_id, require_role
-from deployhub.teams.addresses import BlockedAddress, checked_addresses
+from deployhub.teams.addresses import BlockedAddress, checked_addresses, rules_in_force
 from deployhub.teams.models import (
     DeliveryState,
     Event,
@@ -235,8 +235,9 @@ def _connection(parts, targets):
 
 
 def _send(url, body, headers):
-    """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx. Never to
-    a blocked network (teams/addresses.py)."""
+    """POST once with http.client, which follows no redirect: a 3xx fails like a 5xx, and its
+    Location is never connected to. Never to an address a rule refuses (teams/addresses.py):
+    the refusal, naming the rule, is the attempt's error."""
     try:
         parts = read_webhook_url(url)
     except ValueError:  # a row saved without the form's check
@@ -256,6 +257,9 @@ def _send(url, body, headers):
         return None, f"Not delivered: {exc!r}"[:500]
     finally:
         connection.close()
+    if 300 <= response.status < 400:
+        answer = f"The receiver answered {response.status} {response.reason}, a redirect: webhooks"
+        return response.status, f"{answer} follow none (point the webhook where it leads)."[:500]
     if not 200 <= response.status < 300:
         return response.status, f"The receiver answered {response.status} {response.reason}."[:500]
     return response.status, ""
@@ -273,6 +277,12 @@ class WebhookForm(forms.Form):
         max_length=500,
         help_text="Verb prefixes, separated by commas, e.g. release., job.failed; empty: all.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Where this hub's webhooks may go, as its settings are now.
+        rules = " ".join(rules_in_force())
+        self.fields["url"].help_text = f"Checked on every address its host resolves to. {rules}"
 
     def clean_events(self):
         prefixes = [p.strip() for p in self.cleaned_data["events"].split(",") if p.strip()]
