@@ -177,9 +177,11 @@ class Outrun(Exception):
 def take_next_job(device):
     """Give the device its class's oldest queued job, claimed as claim_job does; or None.
 
-    Two statements whatever the backlog: the oldest few queued jobs of the class (an
-    index holds only queued jobs, by class), then a take of the first one still free.
-    Raises Outrun when it found jobs but others took them all first.
+    The same cost whatever the backlog: an index holds only queued jobs, by class and age.
+    On PostgreSQL one statement finds, takes and records it (devices asking at the same
+    moment take different jobs). Elsewhere (SQLite, one writer at a time) two: the oldest
+    few queued jobs of the class, then a take of the first one still free; it raises
+    Outrun when it found jobs but others took them all first.
     """
     if device.draining:
         return None
