@@ -156,10 +156,30 @@ def test_the_api_refuses_a_body_that_is_not_json(client, alice, version):
 def test_the_api_lists_a_versions_runs_with_their_gate(client, alice, version, device_class):
     run = record_run(version, device_class, result())
     response = client.get(f"/api/v1/versions/{version.pk}/benchmarks", **token_for(alice))
-    [body] = response.json()["benchmarks"]
+    assert response.json()["count"] == 1
+    [body] = response.json()["items"]
     assert body["id"] == run.pk and body["latency_ms"]["p99"] == 15.0
     assert body["gate"]["verdict"] == "meets" and body["scenario"] == "single-stream"
     assert body["stability"]["stable"] is True and body["host"]["logical_cpus"] == 4
+
+
+def test_the_api_filters_and_pages_runs_by_their_fields(client, alice, version, device_class):
+    int8 = stored_engine(version, device_class, {"precision": "int8"})
+    source = record_run(version, device_class, result())
+    quantised = record_run(version, device_class, result(), engine=int8)
+    url = f"/api/v1/versions/{version.pk}/benchmarks"
+
+    def ids(query):
+        body = client.get(f"{url}?{query}", **token_for(alice)).json()
+        return [run["id"] for run in body["items"]], body["count"]
+
+    assert ids("") == ([quantised.pk, source.pk], 2)  # newest first
+    assert ids("precision=int8") == ([quantised.pk], 1)
+    assert ids(f"device_class={device_class.slug}&precision=fp32") == ([source.pk], 1)
+    assert ids("device_class=elsewhere") == ([], 0)
+    assert ids("backend=tensorrt&backend=onnxruntime&limit=1&offset=1") == ([source.pk], 2)
+    response = client.get(f"{url}?vmin=x", **token_for(alice))
+    assert response.status_code == 400 and "vmin" in response.json()["error"]
 
 
 @pytest.fixture

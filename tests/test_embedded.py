@@ -380,7 +380,7 @@ class Jobs:
 
     def benchmark_runs(self, job_id):
         """The version's benchmark runs that the job recorded."""
-        runs = self.api("GET", f"versions/{self.version}/benchmarks")["benchmarks"]
+        runs = self.api("GET", f"versions/{self.version}/benchmarks?limit=500")["items"]
         return [run for run in runs if run["job"] == job_id]
 
     def endings(self, job_id):

@@ -108,6 +108,34 @@ def test_the_api_exports_with_a_token(client, alice, version, runs):
     assert client.get(f"/api/v1/models/{pk}/results").status_code == 401
 
 
+def test_the_api_exports_only_the_runs_the_filters_keep(client, alice, version, runs):
+    source, int8, accuracy = runs
+    url = f"/api/v1/models/{version.model.pk}/results"
+    body = client.get(f"{url}?precision=int8", **token_for(alice)).json()
+    assert [run["id"] for run in body["benchmarks"]] == [int8.pk]
+    assert [run["id"] for run in body["accuracy"]] == [accuracy.pk]
+    body = client.get(f"{url}?precision=fp32&backend=onnxruntime", **token_for(alice)).json()
+    assert [run["id"] for run in body["benchmarks"]] == [source.pk] and body["accuracy"] == []
+    assert client.get(f"{url}?vmin=2", **token_for(alice)).json()["benchmarks"] == []
+    response = client.get(f"{url}/benchmarks.csv?precision=fp32", **token_for(alice))
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert [int(row["id"]) for row in read_csv(response)] == [source.pk]
+    response = client.get(f"{url}/accuracy.csv?device_class=elsewhere", **token_for(alice))
+    assert read_csv(response) == []
+    assert len(client.get(url, **token_for(alice)).json()["benchmarks"]) == 2  # none: all
+
+
+def test_the_schema_says_the_exports_are_csv_and_html(client):
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    csv_export = paths["/api/v1/models/{pk}/results/{kind}.csv"]["get"]["responses"]
+    assert list(csv_export["200"]["content"]) == ["text/csv"]
+    report = paths["/api/v1/models/{pk}/report"]["get"]["responses"]
+    assert list(report["200"]["content"]) == ["text/html"]
+    parameters = paths["/api/v1/models/{pk}/results"]["get"]["parameters"]
+    filters = {"device_class", "backend", "precision", "vmin", "vmax"}
+    assert filters <= {parameter["name"] for parameter in parameters}
+
+
 def test_a_csv_cell_is_never_a_spreadsheet_formula(client, alice, version, device_class):
     record_run(version, device_class, result(host={"cpu_model": '=HYPERLINK("x")'}))
     client.login(username="alice", password=PASSWORD)
@@ -137,6 +165,15 @@ def test_the_report_api_needs_a_token_and_a_team(client, alice, charlie, version
     response = client.get(url, **token_for(alice))
     assert response.status_code == 200 and b"Plotly.newPlot" in response.content
     assert client.get(url, **token_for(charlie)).status_code == 404
+
+
+def test_an_unknown_export_is_a_404_naming_the_known_ones(client, alice, version):
+    url = f"/api/v1/models/{version.model.pk}/results/nothing.csv"
+    response = client.get(url, **token_for(alice))
+    assert (
+        response.status_code == 404
+        and "benchmarks, batch-sweep, accuracy" in response.json()["error"]
+    )
 
 
 def test_a_model_without_runs_still_exports(client, alice, version):

@@ -248,6 +248,30 @@ def test_it_serves_the_explorer_data_in_api_v1_by_personal_token(client, alice, 
     assert facet["points"][0]["pareto"] is True
 
 
+def test_the_api_filters_the_explorer_by_the_fields_results_are_filtered_by(
+    client, alice, version, classes
+):
+    first = engine_of(version, classes[0], "a", "fp32")
+    second = engine_of(version, classes[1], "b", "int8")
+    for engine in (first, second):
+        benchmarked(engine, p99=15.0)
+        evaluated(engine, agreement=0.999)
+    url = f"/api/v1/models/{version.model.pk}/tradeoffs"
+
+    def shown(query):
+        body = client.get(f"{url}?{query}", **token_for(alice)).json()
+        return {
+            facet["device_class"]: [p["engine"] for p in facet["points"]]
+            for facet in body["facets"]
+        }
+
+    assert shown(f"device_class={classes[1].slug}") == {classes[1].slug: [second.pk]}
+    assert shown("precision=fp32") == {classes[0].slug: [first.pk]}
+    assert shown("vmin=2") == {}
+    response = client.get(f"{url}?vmax=v1", **token_for(alice))
+    assert response.status_code == 400 and "vmax" in response.json()["error"]
+
+
 def test_it_hides_another_teams_explorer_data_in_api_v1(client, charlie, version):
     response = client.get(f"/api/v1/models/{version.model.pk}/tradeoffs", **token_for(charlie))
 

@@ -205,13 +205,14 @@ def test_the_pack_reader_takes_the_dataset_loaders_image_formats():
 def test_a_viewer_may_look_but_not_upload(client, vera, spec_version, device_class):
     assert post_pack(client, vera, spec_version, planted()).status_code == 403
     response = client.get(f"/api/v1/versions/{spec_version.pk}/parity", **token_for(vera))
-    assert response.status_code == 200 and response.json()["runs"] == []
+    assert response.status_code == 200 and response.json() == {"items": [], "count": 0}
 
 
 def test_charlie_from_another_team_sees_nothing(client, alice, charlie, spec_version, device_class):
     submit_parity(spec_version, SimpleUploadedFile("p.zip", planted()), alice)
     url = f"/api/v1/versions/{spec_version.pk}/parity"
     assert client.get(url, **token_for(charlie)).status_code == 404
+    assert client.get(f"{url}/gate", **token_for(charlie)).status_code == 404
     assert post_pack(client, charlie, spec_version, planted()).status_code == 404
     client.login(username="charlie", password=PASSWORD)
     assert client.post(f"/versions/{spec_version.pk}/parity").status_code == 404
@@ -267,8 +268,12 @@ def test_a_planted_mismatch_closes_the_gate_with_its_cause(
     assert [entry["suspect"] for entry in run.matches] == ["missing_scale"]
     gate = parity_gate(spec_version)
     assert gate.status == "failed" and "without /255" in gate.reason
-    body = client.get(f"/api/v1/versions/{spec_version.pk}/parity", **token_for(alice)).json()
-    assert body["gate"]["status"] == "failed" and body["runs"][0]["cause"] == run.cause
+    url = f"/api/v1/versions/{spec_version.pk}/parity"
+    body = client.get(url, **token_for(alice)).json()
+    assert body["count"] == 1 and body["items"][0]["cause"] == run.cause
+    gate = client.get(f"{url}/gate", **token_for(alice)).json()
+    assert gate == {"gate": "parity", "status": "failed", "reason": gate["reason"], "run": run.pk}
+    assert "without /255" in gate["reason"]
 
 
 def test_it_rejects_a_malformed_result_and_records_nothing(

@@ -312,25 +312,10 @@ def device_required(view):
     @csrf_exempt
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
-        if not request.headers.get("Authorization", "").startswith("Bearer "):
-            return error(401, "A device token is required: Authorization: Bearer <token>.")
-        address = throttle.client_address(request)
-        device = Device.objects.by_token(bearer(request), address=address)
-        if device is None:
-            return _refuse_token(
-                request,
-                "This device token is not valid.",
-                ApiToken.objects,
-                PERSON_TOKEN_AT_DEVICE_CALL,
-            )
-        if device.revoked_at is not None:  # a known token, not a guess: never counted
-            return error(401, revoked_refusal(device))
-        if refused := _worker_refusal(request, device):
-            return refused
-        # A device's own token on a device call is served even from a locked-out address: its
-        # heartbeats keep its lease and its completion is never lost to someone else's
-        # made-up tokens (a 256-bit token is not found by guessing, so the lockout keeps
-        # slowing guessers and shows them nothing).
+        try:
+            device = device_for(request)
+        except Refused as refused:
+            return refused.response
         try:
             check_fields(request)
             return view(request, device, *args, **kwargs)
@@ -344,6 +329,35 @@ def device_required(view):
             return error(404, "No such job.")
 
     return wrapper
+
+
+def device_for(request):
+    """Return the device whose token the request carries (Authorization: Bearer ...); raise
+    Refused (401, 403, 426 or 429) otherwise.
+
+    A device's own token on a device call is served even from a locked-out address: its
+    heartbeats keep its lease and its completion is never lost to someone else's made-up
+    tokens (a 256-bit token is not found by guessing, so the lockout keeps slowing guessers
+    and shows them nothing).
+    """
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        raise Refused(error(401, "A device token is required: Authorization: Bearer <token>."))
+    address = throttle.client_address(request)
+    device = Device.objects.by_token(bearer(request), address=address)
+    if device is None:
+        raise Refused(
+            _refuse_token(
+                request,
+                "This device token is not valid.",
+                ApiToken.objects,
+                PERSON_TOKEN_AT_DEVICE_CALL,
+            )
+        )
+    if device.revoked_at is not None:  # a known token, not a guess: never counted
+        raise Refused(error(401, revoked_refusal(device)))
+    if refused := _worker_refusal(request, device):
+        raise Refused(refused)
+    return device
 
 
 def _worker_refusal(request, device):

@@ -1,15 +1,43 @@
-"""The trade-off explorer's data in API v1: each class's engines with their figures and frontier."""
+"""The trade-off explorer's data in API v1: each class's engines with their figures and frontier,
+filtered as every result call is (api/results.py's ResultFilters)."""
 
-from django.http import JsonResponse
-from django.views.decorators.http import require_http_methods
-from ninja import Router
+from ninja import Query, Router
 
-from deployhub.api.auth import for_pipelines, token_required
+from deployhub.api.results import ResultFilters
+from deployhub.api.v1 import PIPELINES, Schema, answers
 from deployhub.figures.tradeoffs import Filters, explore
 from deployhub.registry.access import get_model_for_user
 
-# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
 router = Router(tags=["results"])
+
+
+class PointOut(Schema):
+    engine: int
+    version: int
+    backend: str
+    precision: str
+    latency_ms: float | None
+    accuracy: float | None
+    memory_mb: float | None
+    stable: bool | None
+    pareto: bool
+    production: bool
+
+
+class FacetOut(Schema):
+    device_class: str
+    latency: str
+    task: str
+    accuracy: str
+    accuracy_metric: str
+    budget_ms: float | None
+    tolerance_band: list[float | None] | None
+    points: list[PointOut]
+
+
+class TradeoffsOut(Schema):
+    facets: list[FacetOut]
+    notes: list[str]
 
 
 def _point(facet, point):
@@ -40,15 +68,23 @@ def _facet(facet):
     }
 
 
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
-def model_tradeoffs(request, pk):
-    """GET /api/v1/models/<id>/tradeoffs?class=&backend=&precision=&vmin=&vmax="""
+@router.get(
+    "models/{int:pk}/tradeoffs",
+    response=answers(TradeoffsOut),
+    auth=PIPELINES,
+    url_name="api_model_tradeoffs",
+)
+def model_tradeoffs(request, pk: int, filters: Query[ResultFilters]):
+    """The trade-off explorer's data: per device class, each engine's latency, accuracy and
+    memory, the Pareto frontier, the budget and the tolerance band; with notes on what is
+    missing."""
     model = get_model_for_user(request, pk)
-    try:
-        filters = Filters.from_query(request.GET)
-    except ValueError as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
-    explorer = explore(model, filters)
-    return JsonResponse({"facets": [_facet(f) for f in explorer.facets], "notes": explorer.notes})
+    chosen = Filters(
+        classes=filters.device_class,
+        backends=filters.backend,
+        precisions=filters.precision,
+        vmin=filters.vmin,
+        vmax=filters.vmax,
+    )
+    explorer = explore(model, chosen)
+    return {"facets": [_facet(f) for f in explorer.facets], "notes": explorer.notes}

@@ -1,10 +1,12 @@
-"""API v1 for people and scripts: parity checks of a version, with personal tokens."""
+"""API v1 for people and pipelines: parity checks of a version's preprocessing, and its gate."""
 
-from django.http import JsonResponse
-from django.views.decorators.http import require_http_methods
-from ninja import Router
+from typing import Any
 
-from deployhub.api.auth import BadInput, for_pipelines, token_required
+from ninja import File, Form, Router, UploadedFile
+from ninja.pagination import paginate
+
+from deployhub.api.auth import BadInput
+from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, answers
 from deployhub.parity.actions import no_worker_warning, submit_parity
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun
@@ -13,8 +15,47 @@ from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
 from workers.parity import PackError, pack_format
 
-# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
 router = Router(tags=["parity"])
+
+
+class ParityJob(Schema):
+    id: int
+    url: str
+    state: str
+
+
+class ParityRunOut(Schema):
+    id: int
+    version: int
+    url: str
+    job: ParityJob
+    device_class: str
+    verdict: str
+    passed: bool | None
+    samples: int
+    sample_names: list[str]
+    sha256: str
+    size: int
+    tolerance: float | None
+    max_abs_error: float | None
+    cause: str | None
+    summary: str
+    per_sample: list[dict[str, Any]]
+    diagnosis: list[dict[str, Any]]
+    error: str
+    created_by: str
+    created_at: str
+
+
+class QueuedParityOut(ParityRunOut):
+    warning: str | None
+
+
+class GateOut(Schema):
+    gate: str
+    status: str
+    reason: str
+    run: int | None
 
 
 def run_json(run):
@@ -43,8 +84,8 @@ def run_json(run):
     }
 
 
-def _device_class(request, version):
-    slug = request.POST.get("device_class", "").strip()
+def _device_class(version, slug):
+    slug = slug.strip()
     if not slug:
         return None
     device_class = version.team.device_classes.filter(slug=slug).first()
@@ -53,33 +94,60 @@ def _device_class(request, version):
     return device_class
 
 
-def _pack(request):
-    if "file" not in request.FILES:
+@router.get(
+    "versions/{int:pk}/parity",
+    response=answers(list[ParityRunOut]),
+    auth=PIPELINES,
+    url_name="api_version_parity",
+)
+@paginate(Page)
+def version_parity(request, pk: int):
+    """The version's parity checks, newest first, with what each found."""
+    runs = ParityRun.objects.for_version(get_version_for_user(request, pk))
+    return Listed(runs.order_by("-created_at", "-pk"), run_json)
+
+
+@router.get(
+    "versions/{int:pk}/parity/gate",
+    response=answers(GateOut),
+    auth=PIPELINES,
+    url_name="api_version_parity_gate",
+)
+def version_parity_gate(request, pk: int):
+    """The version's parity release gate: passed, failed (with the diagnosis) or missing."""
+    return parity_gate(get_version_for_user(request, pk)).as_json()
+
+
+@router.post(
+    "versions/{int:pk}/parity",
+    response=answers(QueuedParityOut, status=201),
+    auth=PIPELINES,
+    url_name="api_version_parity",
+)
+def version_parity_check(
+    request,
+    pk: int,
+    file: File[UploadedFile | None] = None,
+    device_class: Form[str] = "",
+    tolerance: Form[str | None] = None,
+):
+    """Check a parity pack (a multipart .zip of images and tensors.npz) against the version's
+    preprocessing spec on a device class (an engineer); 201 with the queued run."""
+    version = get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    if file is None:
         raise BadInput(
             f"Send the parity pack as a multipart file field named 'file'. {pack_format()}"
         )
-    return request.FILES["file"]
-
-
-@require_http_methods(["GET", "POST"])
-@token_required
-@for_pipelines
-def version_parity(request, pk):
-    version = get_version_for_user(request, pk)
-    if request.method == "GET":
-        runs = ParityRun.objects.for_version(version)
-        body = {"gate": parity_gate(version).as_json(), "runs": [run_json(r) for r in runs]}
-        return JsonResponse(body)
-    require_role(request.user, version.team, Role.ENGINEER)
     try:
         run = submit_parity(
             version,
-            _pack(request),
+            file,
             request.user,
-            device_class=_device_class(request, version),
-            tolerance=request.POST.get("tolerance"),
+            device_class=_device_class(version, device_class),
+            tolerance=tolerance,
         )
     except PackError as exc:
         raise BadInput(str(exc)) from exc
     warning = no_worker_warning(run.job.device_class)
-    return JsonResponse({**run_json(run), "warning": warning or None}, status=201)
+    return 201, {**run_json(run), "warning": warning or None}

@@ -3,13 +3,19 @@
 A device follows production: it asks which engine to run and gets the production
 release's build matched on its own compatibility key, or 409 saying what differs
 and whether a rebuild is on its way (docs/protocol.md, "Devices follow production").
+It is a device's call: its token is the device's own (DeviceToken), and its answer keeps
+the shape workers of every protocol version read (not paged).
 """
 
-from django.http import JsonResponse
-from django.views.decorators.http import require_GET
-from ninja import Router
+from typing import Any
 
-from deployhub.api.auth import BadInput, device_required, error
+from django.http import JsonResponse
+from ninja import Query, Router
+from ninja.security import HttpBearer
+
+from deployhub.api import auth
+from deployhub.api.auth import BIGINT
+from deployhub.api.v1 import Schema, answers
 from deployhub.engines.actions import compatibility, key_for
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.registry.models import Model
@@ -17,18 +23,88 @@ from deployhub.releases.actions import production_of
 from deployhub.releases.evidence import queued_rebuild
 from deployhub.releases.models import Release, ReleaseState
 
-# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
 router = Router(tags=["releases"])
 
 
-def _model_id(request):
-    value = request.GET.get("model")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise BadInput("model must be a model id (an integer).") from exc
+class DeviceToken(HttpBearer):
+    """A device's own token (shown once when it was registered or enrolled)."""
+
+    def __call__(self, request):
+        device = auth.device_for(request)  # 401, 403, 426 or 429 otherwise
+        auth.check_fields(request)
+        return device
+
+    def authenticate(self, request, token):  # pragma: no cover - __call__ reads the header
+        raise NotImplementedError
+
+
+class ReleaseRef(Schema):
+    id: int
+    engine_id: int
+    promoted_at: str | None
+
+
+class ModelRef(Schema):
+    id: int
+    name: str
+
+
+class VersionRef(Schema):
+    id: int
+    number: int
+
+
+class EngineOut(Schema):
+    id: int
+    url: str
+    sha256: str
+    signature: str
+    size: int
+    backend: str
+    build_config: dict[str, Any]
+    compat_key: str
+
+
+class ProductionOut(Schema):
+    """The production release of one model and the build of its engine this device runs."""
+
+    release: ReleaseRef
+    model: ModelRef
+    version: VersionRef
+    device_class: str
+    engine: EngineOut
+
+
+class EntryOut(Schema):
+    """One model's entry: a ProductionOut (runnable) or a NotRunnableOut (not)."""
+
+    runnable: bool
+    release: ReleaseRef
+    model: ModelRef
+    version: VersionRef
+    device_class: str
+    engine: EngineOut | None = None
+    error: str | None = None
+    differences: dict[str, list[Any]] | None = None
+    rebuild_queued: bool | None = None
+    rebuild_job: int | None = None
+
+
+class EveryModelOut(Schema):
+    device_class: str
+    releases: list[EntryOut]
+
+
+# The 409's body is the error body with the release's fields beside it (as an entry that is
+# not runnable): answered as it is, not cut down to Error's fields.
+NOT_RUNNABLE = {
+    "responses": {
+        409: {
+            "description": "The device cannot run it: {error, release, model, version, "
+            "device_class, differences, rebuild_queued, rebuild_job}"
+        }
+    }
+}
 
 
 def runnable_engine(release, fingerprint):
@@ -105,22 +181,29 @@ def production_entry(release, device):
     return True, {**_release_json(release), "engine": _engine_json(engine)}
 
 
-@require_GET
-@device_required
-def device_class_production(request, device, slug):
-    """Answer the production engine(s) this device can run on its own class."""
+@router.get(
+    "device-classes/{slug:slug}/production",
+    response=answers(ProductionOut | EveryModelOut, also=(409, 426)),
+    auth=DeviceToken(),
+    url_name="api_device_class_production",
+    exclude_unset=True,
+    openapi_extra=NOT_RUNNABLE,
+)
+def device_class_production(request, slug: str, model: int | None = Query(None, ge=0, le=BIGINT)):
+    """The production engine of each model (or of ?model=<id>) this device can run on its own
+    class; 409 with what differs when it cannot run one. A device's call: its own token."""
+    device = request.auth
     device_class = device.device_class
     if slug != device_class.slug:
-        return error(404, f"No device class {slug!r} for this device.")
-    model_id = _model_id(request)
-    if model_id is None:
+        return 404, {"error": f"No device class {slug!r} for this device."}
+    if model is None:
         return _every_model(device)
-    model = Model.objects.filter(pk=model_id, team=device_class.team).first()
-    release = production_of(model, device_class) if model else None
+    chosen = Model.objects.filter(pk=model, team=device_class.team).first()
+    release = production_of(chosen, device_class) if chosen else None
     if release is None:
-        return error(404, f"Model {model_id} has no production release on {device_class.slug}.")
+        return 404, {"error": f"Model {model} has no production release on {device_class.slug}."}
     runs, body = production_entry(release, device)
-    return JsonResponse(body, status=200 if runs else 409)
+    return body if runs else JsonResponse(body, status=409)
 
 
 def _every_model(device):
@@ -128,9 +211,9 @@ def _every_model(device):
         device_class=device.device_class, state=ReleaseState.PRODUCTION
     ).select_related("engine__model_version", "model", "device_class")
     if not releases:
-        return error(404, f"No model has a production release on {device.device_class.slug}.")
+        return 404, {"error": f"No model has a production release on {device.device_class.slug}."}
     entries = []
     for release in releases:
         runs, body = production_entry(release, device)
         entries.append({"runnable": runs, **body})
-    return JsonResponse({"device_class": device.device_class.slug, "releases": entries})
+    return {"device_class": device.device_class.slug, "releases": entries}

@@ -16,7 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Max, Q
 from django.urls import get_script_prefix
 
-from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun
+from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun, engine_precision
 from deployhub.devices.models import DeviceClass
 from deployhub.evaluation.models import AccuracyRun
 
@@ -173,7 +173,7 @@ def accuracy_row(run):
         "device_class": engine.device_class.slug,
         "engine": engine.pk,
         "backend": engine.backend,
-        "precision": engine.build_config.get("precision") or "fp32",
+        "precision": engine_precision(engine),
         "dataset": run.dataset.name if run.dataset else None,
         **{field: getattr(run, field) for field in ACCURACY_COPIED},
         **task_figures(run),
@@ -410,10 +410,12 @@ def _runs_of(model, reads):
     return BenchmarkRun.objects.for_model(model)
 
 
-def model_csv(model, kind):
-    """Return the model's `kind` export as CSV; KeyError for a kind EXPORTS does not know."""
+def model_csv(model, kind, keep=None):
+    """Return the model's `kind` export as CSV, only the rows `keep` keeps when given;
+    KeyError for a kind EXPORTS does not know."""
     export = EXPORTS[kind]
-    return csv_text(export.rows(_runs_of(model, export.reads)), export.columns)
+    rows = export.rows(_runs_of(model, export.reads))
+    return csv_text([row for row in rows if keep(row)] if keep else rows, export.columns)
 
 
 def benchmarks_csv(model):
