@@ -76,7 +76,8 @@ def test_it_attaches_an_npz_of_golden_pairs(client, alice, linear, storage_root)
     assert (storage_root / golden.file.name).read_bytes() == golden_npz()
     assert Event.objects.filter(verb="golden.created", target_id=golden.pk).exists()
     listed = client.get(f"/api/v1/versions/{linear.pk}/golden", **token_for(alice)).json()
-    assert listed["golden_sets"][0]["pairs"] == 4 and listed["golden_sets"][0]["runs"] == []
+    assert listed["count"] == 1
+    assert listed["items"][0]["pairs"] == 4 and listed["items"][0]["runs"] == []
 
 
 def test_it_attaches_onnx_test_data_from_the_version_page(client, alice, linear):

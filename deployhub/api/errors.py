@@ -28,6 +28,8 @@ class ApiErrorsMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         if is_api(request) and response.status_code >= 400 and not is_json(response):
+            if response.has_header("Allow"):  # django-ninja lists a set: its order varies
+                response["Allow"] = ", ".join(sorted(response["Allow"].split(", ")))
             return as_json(response, message_for(request, response))
         return response
 

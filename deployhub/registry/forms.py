@@ -9,6 +9,7 @@ from django.db.models import Q
 from deployhub import json_input
 from deployhub.devices.models import DeviceClass
 from deployhub.registry.contract import batch_range_contract
+from deployhub.registry.edits import TAG_CHARS, tidy_tags
 from deployhub.registry.models import DatasetKind, VersionFormat
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
 from workers.preprocessing import (
@@ -222,10 +223,10 @@ class EditNotesForm(forms.Form):
     tags = forms.CharField(required=False, help_text="Comma-separated.", max_length=TEXT)
 
     def clean_tags(self):
-        tags = [tag.strip() for tag in self.cleaned_data["tags"].split(",") if tag.strip()]
-        if any(len(tag) > 40 for tag in tags):
-            raise forms.ValidationError("Tags are at most 40 characters.")
-        return sorted(set(tags))
+        tags = tidy_tags(self.cleaned_data["tags"].split(","))
+        if any(len(tag) > TAG_CHARS for tag in tags):
+            raise forms.ValidationError(f"Tags are at most {TAG_CHARS} characters.")
+        return tags
 
 
 class DatasetForm(forms.Form):

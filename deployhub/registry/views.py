@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from deployhub.downloads import file_download
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.datasets import DatasetError
+from deployhub.registry.edits import edit_notes
 from deployhub.registry.forms import (
     DatasetForm,
     DeriveVersionForm,
@@ -37,7 +38,7 @@ from deployhub.registry.uploads import (
     derive_version,
 )
 from deployhub.teams.access import current_team, require_role
-from deployhub.teams.models import Event, Role
+from deployhub.teams.models import Role
 
 
 def _upload(request, model, form):
@@ -179,13 +180,8 @@ def version_notes(request, pk):
         said = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
         messages.error(request, f"Notes and tags not saved: {said}")
     else:
-        before = {"notes": version.notes, "tags": version.tags}
-        version.notes, version.tags = form.cleaned_data["notes"], form.cleaned_data["tags"]
-        version.save(update_fields=["notes", "tags"])
-        after = {"notes": version.notes, "tags": version.tags}
-        Event.record(
-            version.team, request.user, "version.notes", version, before=before, after=after
-        )
+        data = form.cleaned_data
+        edit_notes(version, request.user, notes=data["notes"], tags=data["tags"])
         messages.success(request, "Notes and tags saved.")
     return redirect(version)
 
