@@ -292,14 +292,21 @@ def gate(ref, classes, against, max_p99_regression, max_accuracy_drop, max_memor
     model, number = parse_ref(ref)
     slugs = list(dict.fromkeys(classes))  # a class named twice is gated once
     title = f"{model} v{number} against {against}"
-    errors = Console(stderr=True)
+    errors, given = Console(stderr=True), root_options()
+    out["as_json"] = out["as_json"] or given.get("json")
     try:
-        hub = Hub()
+        hub = Hub(given.get("url"), given.get("token"))
         version = hub.version(model, number)
         reports = Gate(hub, version, against, limits, errors.print).run(slugs, out["timeout"])
     except HubError as exc:
         reports = [undecided(slug, f"the hub answered {exc}") for slug in slugs]
     finish(title, ref, against, limits, reports, out)
+
+
+def root_options():
+    """What the `deployhub` group was given (--url, --token, --json: deployhub_client.cli),
+    or {} when the gate runs as a command of its own."""
+    return click.get_current_context().find_root().obj or {}
 
 
 def finish(title, ref, against, limits, reports, out):

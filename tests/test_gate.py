@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from deployhub_client.cli import cli
 from deployhub_client.gate import gate, parse_ref, percent
 from deployhub_client.judge import (
     EXIT_CODES,
@@ -286,31 +287,21 @@ class FakeHub:
 
 
 def test_a_class_with_no_device_online_exits_2_before_any_run_starts(monkeypatch, tmp_path):
-    hub = FakeHub(
-        [
-            {"slug": "edge-cpu", "online_devices": ["cpu-1"]},
-            {"slug": "server-gpu", "online_devices": []},
-        ]
-    )
-    monkeypatch.setattr("deployhub_client.gate.Hub", lambda: hub)
+    online = {"slug": "edge-cpu", "online_devices": ["cpu-1"]}
+    hub = FakeHub([online, {"slug": "server-gpu", "online_devices": []}])
+    asked = []
+    monkeypatch.setattr("deployhub_client.gate.Hub", lambda *given: asked.append(given) or hub)
     summary = tmp_path / "gate.md"
 
     answer = CliRunner().invoke(
-        gate,
-        [
-            "digits:2",
-            "--class",
-            "edge-cpu",
-            "--class",
-            "server-gpu",
-            "--json",
-            "--summary",
-            str(summary),
-        ],
+        cli,
+        ["--url", "http://hub", "--token", "dhu_x", "--json", "gate", "digits:2"]
+        + ["--class", "edge-cpu", "--class", "server-gpu", "--summary", str(summary)],
     )
 
     assert answer.exit_code == 2, answer.output
-    body = json.loads(answer.output)
+    assert asked == [("http://hub", "dhu_x")]  # the deployhub group's --url and --token
+    body = json.loads(answer.output)  # the group's --json
     assert body["outcome"] == Outcome.UNDECIDED and body["exit_code"] == 2
     reasons = {c["device_class"]: c["reason"] for c in body["classes"]}
     assert "no device online in server-gpu" in reasons["server-gpu"]
