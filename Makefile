@@ -15,7 +15,7 @@ TEST_PY := $(TEST_VENV)/bin/python
 EXTRAS_run := web,worker,openvino
 EXTRAS_test := web,worker,openvino,torch,dev
 
-.PHONY: run test test-fast bench bench-gpu conformance soak lint format demo-assets clean
+.PHONY: run test test-fast bench bench-gpu conformance soak lint format demo-assets api-reference clean
 
 $(VENV)/.installed-run: pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(VENV) $(EXTRAS_run) $@
@@ -74,6 +74,12 @@ lint: $(LINT_VENV)/.installed-lint
 format: $(LINT_VENV)/.installed-lint
 	$(LINT_VENV)/bin/ruff check --fix .
 	$(LINT_VENV)/bin/ruff format .
+
+# docs/api-reference.md: every API v1 operation, read from the hub's OpenAPI schema (no database
+# or server needed); tests/test_openapi.py says when it is out of date.
+api-reference: $(VENV)/.installed-run
+	$(PY) scripts/api_reference.py > docs/api-reference.md.new
+	mv docs/api-reference.md.new docs/api-reference.md
 
 # Needs torch (not part of `make run`): regenerates deployhub/demo/assets/.
 demo-assets: $(TEST_VENV)/.installed-test
