@@ -6,9 +6,7 @@ a refused engine, a 409), 2 usage or a request the hub refused as wrong (400), 3
 refused token (401/403), 4 not found (404), 5 the hub could not answer (unreachable, 429, 5xx).
 """
 
-import csv
 import importlib.util
-import io
 import json
 import sys
 from pathlib import Path
@@ -258,23 +256,19 @@ def models_show(model):
     )
 
 
-def progress_bar(description):
-    """A rich progress bar for bytes sent (on stderr: --json output stays clean)."""
-    return Progress(
+def sending(description, send):
+    """Run send(on_progress) under a progress bar of the bytes sent (on stderr, so --json
+    output stays clean); answer what it answers."""
+    bar = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         console=Console(stderr=True),
         transient=True,
-    ), description
-
-
-def sending(description, send):
-    """Run send(on_progress) under a progress bar; answer what it answers."""
-    bar, label = progress_bar(description)
+    )
     with bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(description, total=None)
         return send(lambda sent, total: bar.update(task, completed=sent, total=total))
 
 
@@ -585,15 +579,6 @@ def results(model, as_csv, device_class):
             [[run.get(column) for column in RESULT_COLUMNS] for run in a.get("benchmarks", [])],
         ),
     )
-
-
-def csv_of(rows, columns):
-    """Rows (dicts) as CSV text with these columns."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    return out.getvalue()
 
 
 @cli.group(cls=Group)
