@@ -171,10 +171,17 @@ def bodies(fields, right):
 
 def sweep(fields, methods, group, right):
     """The deterministic round: each hostile value on every field at once, each right field
-    made wrong in turn, then raw bodies (pages take forms: JSON only deep and not UTF-8)."""
+    made wrong in turn, then raw bodies (pages take forms: JSON only deep and not UTF-8).
+    Sent with POST, or PATCH to a call that edits and takes no POST."""
     fields = fields or FIELDS
-    if "POST" not in methods:
+    method = next((m for m in ("POST", "PATCH") if m in methods), None)
+    if method is None:
         return [("GET", ("query", dict.fromkeys(fields, value))) for value in FORM_SWEEP]
+    return [(method, body) for _, body in posted(fields, group, right)]
+
+
+def posted(fields, group, right):
+    """The sweep's bodies, each as ("POST", body)."""
     requests = [("POST", ("form", dict.fromkeys(fields, value))) for value in FORM_SWEEP]
     requests.append(("POST", ("multipart", (dict.fromkeys(fields, "²"), "file", FILES[0]))))
     requests += [("POST", ("raw form", raw)) for raw in RAW_FORMS]
@@ -311,9 +318,10 @@ class World:
         """The caller a route serves (the first an empty call does not send away with 401, a
         redirect to sign in, or a 403 for a token of the other kind) and the methods it takes
         (not answered 405)."""
+        asked = ("GET", "POST", "PATCH") if path.startswith("/api/v1/") else ("GET", "POST")
         for caller in ("session", "token", "device"):
             client, headers = self.clients[caller]
-            answers = {m: client.generic(m, path, **headers) for m in ("GET", "POST")}
+            answers = {m: client.generic(m, path, **headers) for m in asked}
             if not any(map(sent_away, answers.values())):
                 break
         methods = [m for m, answer in answers.items() if answer.status_code != 405]
