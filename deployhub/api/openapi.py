@@ -142,17 +142,27 @@ for bad_input in (auth.BadInput, InvalidModel, DatasetError, GoldenError):
     api.add_exception_handler(bad_input, lambda request, exc: _answer(400, str(exc)))
 
 
+# Where pydantic says a value came from, left out of a field's name: "'kind'", not
+# "'form.kind'"; a body's fields are under its parameter, often "payload".
+PLACES = ("body", "query", "path", "form", "file", "payload")
+
+
 def _said(error):
     """One of pydantic's complaints as a sentence that names the field."""
-    where = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
-    name = repr(".".join(where[1:] if len(where) > 1 and where[0] == "payload" else where))
+    loc = [str(part) for part in error.get("loc", ())]
+    where = [part for part in loc if part not in PLACES] or loc[-1:]
+    name = repr(".".join(where))
     kind, message = error.get("type", ""), error.get("msg", "is not valid")
+    context = error.get("ctx") or {}
     if kind == "missing" and where == ["payload"]:
         return "This call takes a JSON body (Content-Type: application/json)."
     if kind == "missing":
         return f"Say {name}: it is required here."
     if kind == "extra_forbidden":
         return f"Unknown field {name}."
+    if kind == "string_too_long" and isinstance(error.get("input"), str):
+        length, limit = len(error["input"]), context.get("max_length")
+        return f"{name} is {length:,} characters long: at most {limit}."
     return f"{name}: {message[:200]}."
 
 
