@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from deployhub.devices.models import DeviceClass
 from deployhub.engines.models import Engine
 from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import Event, Role
@@ -76,11 +77,12 @@ def test_it_takes_a_release_to_production_and_rolls_back_the_next(
         "1 of the 1 approval(s) the team requires.)"
     )
 
-    listed = get(client, erin, f"models/{version.model_id}/releases").json()["releases"]
-    assert [(r["id"], r["state"]) for r in listed] == [
+    listed = get(client, erin, f"models/{version.model_id}/releases").json()
+    assert [(r["id"], r["state"]) for r in listed["items"]] == [
         (second, "rolled-back"),
         (first, "production"),
     ]
+    assert listed["count"] == 2
 
 
 def test_it_answers_a_release_with_its_engine_gates_and_reviews(
@@ -225,6 +227,39 @@ def test_it_proposes_only_for_the_engines_own_class(client, version, device_clas
     assert post(client, erin, f"engines/{engine.pk}/releases", same).status_code == 201
 
 
+def test_it_lists_the_teams_releases_filtered_by_class_and_state(
+    client, demo_team, version, device_class, alice, erin, charlie
+):
+    other_class = DeviceClass.objects.create(team=demo_team, slug="edge-gpu", name="Edge GPU")
+    on_class = proposed(client, erin, ready_engine(version, device_class))
+    submitted = proposed(client, erin, ready_engine(version, device_class, "int8"))
+    post(client, erin, f"releases/{submitted}/submit")
+    elsewhere = proposed(client, erin, ready_engine(version, other_class))
+
+    def listed(query=""):
+        body = get(client, alice, f"releases{query}").json()
+        return [release["id"] for release in body["items"]], body["count"]
+
+    assert listed() == ([elsewhere, submitted, on_class], 3)
+    assert listed(f"?device_class={device_class.slug}") == ([submitted, on_class], 2)
+    assert listed("?state=in-review") == ([submitted], 1)
+    assert listed("?device_class=edge-gpu&state=draft") == ([elsewhere], 1)
+    assert listed("?limit=1&offset=1") == ([submitted], 3)
+    assert get(client, charlie, "releases").json() == {"items": [], "count": 0}
+    pipeline = client.get("/api/v1/releases", **token_for(erin, scope="pipeline"))
+    assert pipeline.status_code == 200 and pipeline.json()["count"] == 3
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [("?state=live", "'state'"), ("?limit=0", "'limit'"), ("?offset=-1", "'offset'")],
+)
+def test_it_refuses_a_bad_release_filter_with_400(client, alice, query, field):
+    answer = get(client, alice, f"releases{query}")
+
+    assert answer.status_code == 400 and answer.json()["error"].startswith(field)
+
+
 def test_another_team_sees_no_release(client, version, device_class, erin, charlie):
     engine = ready_engine(version, device_class)
     release = proposed(client, erin, engine)
@@ -249,11 +284,13 @@ def test_another_team_sees_no_release(client, version, device_class, erin, charl
     [
         ("submit", "{not json", "The body is not valid JSON"),
         ("submit", "[]", "The body must be a JSON object."),
-        ("submit", '{"force": true}', "Unknown parameter 'force'; known: none."),
+        ("submit", '{"force": true}', "Unknown field 'force'."),
         ("reviews", "{}", "Say 'decision'"),
-        ("reviews", '{"decision": 1}', "'decision' must be a string."),
-        ("reviews", '{"decision": "lgtm"}', "'decision' is one of approve, request_changes"),
-        ("reviews", '{"decision": "approve", "comment": ["ok"]}', "'comment' must be a string."),
+        ("reviews", '{"decision": 1}', "'decision': Input should be 'approve', 'request_changes'"),
+        ("reviews", '{"decision": "lgtm"}', "'decision': Input should be 'approve', 'request_"),
+        ("reviews", '{"decision": "approve", "comment": ["ok"]}', "'comment': Input should be a"),
+        ("promote", '{"force": true}', "Unknown field 'force'."),
+        ("override", '{"gate": " ", "justification": "j"}', "Say 'gate'"),
         ("rollback", '{"reason": "  "}', "Say 'reason'"),
         ("override", '{"gate": "parity"}', "Say 'justification'"),
     ],
@@ -285,7 +322,8 @@ def test_it_answers_a_malformed_proposal_with_400(client, version, device_class,
     ]
 
     assert [a.status_code for a in answers] == [400, 400]
-    assert answers[0].json() == {"error": "'note' must be a string."}
+    assert answers[0].json() == {"error": "'note': Input should be a valid string."}
+    assert answers[1].json() == {"error": "Unknown field 'engine'."}
     assert not Release.objects.exists()
 
 

@@ -372,7 +372,7 @@ class Jobs:
         """The demo version's engines for local-cpu of the build the tests ask for."""
         return [
             engine
-            for engine in self.api("GET", f"versions/{self.version}/engines")["engines"]
+            for engine in self.api("GET", f"versions/{self.version}/engines?limit=500")["items"]
             if engine["device_class"] == "local-cpu"
             and engine["backend"] == "onnxruntime"
             and DEMO_BUILD.items() <= engine["build_config"].items()

@@ -98,8 +98,9 @@ def test_an_admin_makes_lists_and_revokes_enrolment_tokens_through_the_api(
     )
     assert timedelta(days=6, hours=23) < record.expires_at - timezone.now() <= timedelta(days=7)
 
-    listed = tokens_api(client, alice, device_class, method="get").json()["enrolment_tokens"]
-    assert [t["id"] for t in listed] == [record.pk] and secret not in json.dumps(listed)
+    listed = tokens_api(client, alice, device_class, method="get").json()
+    assert [t["id"] for t in listed["items"]] == [record.pk] and listed["count"] == 1
+    assert secret not in json.dumps(listed)
 
     revoked = client.post(f"/api/v1/enrolment-tokens/{record.pk}/revoke", **token_for(alice))
     assert revoked.status_code == 200 and revoked.json()["enrolment_token"]["state"] == "revoked"

@@ -147,9 +147,9 @@ def test_it_records_a_job_progress_clamped_into_0_to_1(client, running_job, prog
 @pytest.mark.parametrize(
     "body, says",
     [
-        ({"backend": ["x"]}, "There is no backend named"),
-        ({"device_class": ["x"]}, "'device_class' must be a string"),
-        ({"build_config": ["x"]}, "'build_config' must be a JSON object"),
+        ({"backend": ["x"]}, "'backend': Input should be a valid string"),
+        ({"device_class": ["x"]}, "'device_class': Input should be a valid string"),
+        ({"build_config": ["x"]}, "'build_config': Input should be a valid dictionary"),
     ],
 )
 def test_it_refuses_a_list_where_the_engines_call_takes_a_string_or_an_object(

@@ -4,9 +4,7 @@ import copy
 import json
 
 import pytest
-from django.test import RequestFactory
 
-from deployhub.api import releases as api_releases
 from deployhub.benchmarks.models import BenchmarkRun
 from deployhub.devices.models import ServingPattern
 from deployhub.engines.actions import key_for
@@ -331,19 +329,18 @@ def test_the_api_returns_the_evidence_and_refreshes_it(client, version, device_c
 
     device_class.memory_limit_mb = 50
     device_class.save()
-    refused = refresh_by_api(vera, release)
+    refused = refresh_by_api(client, vera, release)
     assert refused.status_code == 403
-    refreshed = refresh_by_api(erin, release)
+    refreshed = refresh_by_api(client, erin, release)
     assert refreshed.status_code == 200
     assert json.loads(refreshed.content)["evidence"]["memory"]["status"] == "failed"
 
 
-def refresh_by_api(user, release):
-    """POST /api/v1/releases/<id>/evidence to the view, as a token's holder."""
-    request = RequestFactory().post(
+def refresh_by_api(client, user, release):
+    """POST /api/v1/releases/<id>/evidence, as a token's holder."""
+    return client.post(
         f"/api/v1/releases/{release.pk}/evidence",
         "{}",
         content_type="application/json",
         **token_for(user),
     )
-    return api_releases.release_evidence(request, release.pk)

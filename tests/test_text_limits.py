@@ -122,9 +122,7 @@ def test_a_release_note_of_4_mb_is_refused_by_the_api(client, version, device_cl
     response = post_json(client, alice, f"engines/{engine.pk}/releases", {"note": "x" * FOUR_MB})
 
     assert response.status_code == 400
-    assert response.json()["error"] == (
-        "'note' is 4,194,304 characters long: at most 10,000 are kept."
-    )
+    assert response.json()["error"] == "'note': String should have at most 10000 characters."
     assert not Release.objects.exists()
 
 
@@ -151,7 +149,8 @@ def test_a_too_long_review_comment_is_refused(client, in_review, bob):
 
     response = post_json(client, bob, path, {"decision": "approve", "comment": TOO_LONG})
 
-    assert response.status_code == 400 and "'comment' is 10,001" in response.json()["error"]
+    assert response.status_code == 400
+    assert "'comment': String should have at most 10000" in response.json()["error"]
     assert not in_review.reviews.exists()
     page = signed_in(client, "bob").post(
         f"/releases/{in_review.pk}/review",
@@ -173,7 +172,8 @@ def test_a_too_long_justification_or_reason_is_refused(client, in_review, alice)
     assert "The justification is 10,001 characters long" in page.content.decode()
     assert not in_review.overrides.exists()
     rollback = post_json(client, alice, f"releases/{in_review.pk}/rollback", {"reason": TOO_LONG})
-    assert rollback.status_code == 400 and "'reason' is 10,001" in rollback.json()["error"]
+    assert rollback.status_code == 400
+    assert "'reason': String should have at most 10000" in rollback.json()["error"]
 
 
 def test_a_too_long_model_description_or_notes_is_refused_by_the_api(client, alice, demo_team):

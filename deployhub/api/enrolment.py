@@ -1,25 +1,29 @@
 """API v1 for enrolment: a device registers itself with an enrolment token (POST enrol, no
 Authorization header: docs/protocol.md, "Enrolment"), and a team admin makes, lists and
-revokes the tokens of a class (docs/api.md)."""
+revokes the tokens of a class (docs/api.md).
+
+enrol_device is the device's call, written by hand and routed with the device protocol
+(api/urls.py); the admin's calls are django-ninja operations, for full tokens only."""
 
 from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_POST
 from ninja import Router
+from ninja.pagination import paginate
+from pydantic import Field
 
 from deployhub.api.auth import (
     BadInput,
     check_fields,
     error,
     field_length,
-    integer,
     json_body,
     locked_out,
     text,
-    token_required,
 )
 from deployhub.api.protocol import device_json, reported_fingerprint
+from deployhub.api.v1 import Listed, Page, Schema, Strict, answers
 from deployhub.devices.access import (
     get_device_class_by_slug_for_user,
     get_enrolment_token_for_user,
@@ -50,8 +54,43 @@ SECRET_CHARS = 200
 MAX_DAYS, MAX_DEVICES = 3650, 1_000_000
 
 
-# Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
+# Its django-ninja operations (api/openapi.py mounts it at /api/v1/): the admin's calls.
 router = Router(tags=["enrolment"])
+
+
+class EnrolmentTokenIn(Strict):
+    expires_in_days: int | None = Field(
+        None, ge=1, le=MAX_DAYS, description="Days it may enrol devices; none: no end."
+    )
+    max_devices: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="Devices it may enrol; none: any number."
+    )
+    note: str = Field("", max_length=field_length(EnrolmentToken, "note"))
+
+
+class EnrolmentTokenOut(Schema):
+    id: int
+    device_class: str
+    hint: str
+    note: str
+    expires_at: str | None
+    max_devices: int | None
+    uses: int
+    revoked_at: str | None
+    state: str
+    refusal: str | None
+    created_by: str | None
+    created_at: str | None
+
+
+class EnrolmentTokenMadeOut(Schema):
+    enrolment_token: EnrolmentTokenOut
+    token: str
+    setup: list[str]
+
+
+class EnrolmentTokenRevokedOut(Schema):
+    enrolment_token: EnrolmentTokenOut
 
 
 @csrf_exempt
@@ -97,39 +136,56 @@ def _enrolment_fields(body):
     return secret, name, machine_id, reported_fingerprint(body)
 
 
-@require_http_methods(["GET", "POST"])
-@token_required
-def class_enrolment_tokens(request, slug):
-    """GET: the class's enrolment tokens, without their secrets. POST {"expires_in_days"?,
-    "max_devices"?, "note"?}: a new one, whose secret is in this answer only. Admins only."""
+@router.get(
+    "device-classes/{slug:slug}/enrolment-tokens",
+    response=answers(list[EnrolmentTokenOut]),
+    url_name="api_class_enrolment_tokens",
+)
+@paginate(Page)
+def class_enrolment_tokens(request, slug: str):
+    """The class's enrolment tokens, newest first, without their secrets (team admins)."""
     device_class = get_device_class_by_slug_for_user(request, slug)
     require_role(request.user, device_class.team, Role.ADMIN)
-    if request.method == "GET":
-        tokens = device_class.enrolment_tokens.select_related("device_class", "created_by")
-        return JsonResponse({"enrolment_tokens": [enrolment_token_json(t) for t in tokens]})
-    body = json_body(request)
+    tokens = device_class.enrolment_tokens.select_related("device_class", "created_by")
+    return Listed(tokens.order_by("-created_at", "-pk"), enrolment_token_json)
+
+
+@router.post(
+    "device-classes/{slug:slug}/enrolment-tokens",
+    response=answers(EnrolmentTokenMadeOut, status=201),
+    url_name="api_class_enrolment_tokens",
+)
+def class_enrolment_token_create(request, slug: str, payload: EnrolmentTokenIn):
+    """Make an enrolment token for the class (team admins): 201 with it, its secret (in this
+    answer only: the hub keeps a hash) and the lines that install, enrol and run a worker."""
+    device_class = get_device_class_by_slug_for_user(request, slug)
+    require_role(request.user, device_class.team, Role.ADMIN)
     record, secret = create_enrolment_token(
         device_class,
         request.user,
-        expires_in_days=integer(body, "expires_in_days", low=1, high=MAX_DAYS),
-        max_devices=integer(body, "max_devices", low=1, high=MAX_DEVICES),
-        note=text(body, "note", "", max_length=field_length(EnrolmentToken, "note")),
+        expires_in_days=payload.expires_in_days,
+        max_devices=payload.max_devices,
+        note=payload.note,
     )
     answer = {
         "enrolment_token": enrolment_token_json(record),
         "token": secret,
         "setup": setup_lines(hub_url(request), secret),
     }
-    return JsonResponse(answer, status=201)
+    return 201, answer
 
 
-@require_POST
-@token_required
-def enrolment_token_revoke(request, pk):
-    """Stop the enrolment token enrolling devices; those it enrolled keep working."""
+@router.post(
+    "enrolment-tokens/{int:pk}/revoke",
+    response=answers(EnrolmentTokenRevokedOut),
+    url_name="api_enrolment_token_revoke",
+)
+def enrolment_token_revoke(request, pk: int):
+    """Stop the enrolment token enrolling devices (team admins); those it enrolled keep
+    working."""
     record = get_enrolment_token_for_user(request, pk)
     revoke_enrolment_token(record, request.user)
-    return JsonResponse({"enrolment_token": enrolment_token_json(record)})
+    return {"enrolment_token": enrolment_token_json(record)}
 
 
 def enrolment_token_json(record):

@@ -1,22 +1,24 @@
-"""API v1 for people and scripts: devices, fingerprints, engines and compiles."""
+"""API v1 for people and pipelines: engines (list, read, compile, rebuild, compatibility with
+a fingerprint) and devices (read, drain, revoke).
 
-from django.http import JsonResponse
+A pipeline token may read, compile, rebuild and check compatibility (auth=PIPELINES);
+draining and revoking a device need a full token and a team admin.
+"""
+
+from typing import Any
+
 from django.shortcuts import get_object_or_404
-from django.views.decorators.http import require_http_methods
-from ninja import Router
+from ninja import Query, Router
+from ninja.pagination import paginate
+from pydantic import Field
 
-from deployhub.api.auth import (
-    BadInput,
-    flag,
-    for_pipelines,
-    json_body,
-    json_object,
-    text,
-    token_required,
-)
+from deployhub.api.auth import BadInput
+from deployhub.api.fields import Name, RequiredName
+from deployhub.api.protocol import reported_fingerprint
+from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import revoke_device, set_draining
-from deployhub.engines.access import get_engine_for_user
+from deployhub.engines.access import engines_for_user, get_engine_for_user
 from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
@@ -27,6 +29,108 @@ from workers.backends.known import DEFAULT_BACKEND
 
 # Its django-ninja operations (api/openapi.py mounts it at /api/v1/).
 router = Router(tags=["engines and devices"])
+
+
+class VersionCompileIn(Strict):
+    device_class: RequiredName = Field(description="The slug of one of the team's classes.")
+    backend: Name = DEFAULT_BACKEND
+    build_config: dict[str, Any] = Field(default_factory=dict)
+
+
+class DrainIn(Strict):
+    draining: bool = Field(True, description="true: no new jobs; false: take jobs again.")
+
+
+class FingerprintIn(Strict):
+    fingerprint: dict[str, Any] = Field(
+        description="A device's fingerprint, as its worker reports it (docs/protocol.md)."
+    )
+
+
+class EngineFilter(Schema):
+    model: int | None = Field(None, ge=1, description="Only the engines of this model (its id).")
+    version: int | None = Field(None, ge=1, description="Only the engines of this version.")
+    device_class: Name | None = Field(None, description="Only those built for this class.")
+    backend: Name | None = Field(None, description="Only those of this backend.")
+
+
+class EngineGateOut(Schema):
+    gate: str
+    status: str
+    reason: str
+    run: int | None
+
+
+class StoredEngineOut(Schema):
+    id: int
+    model_version: int
+    device_class: str
+    backend: str
+    build_config: dict[str, Any]
+    compat_key: str
+    compat_fields: dict[str, Any]
+    sha256: str
+    size: int
+    status: str
+    status_reason: str
+    accuracy_flags: list[str]
+    quantised_nothing: bool
+    release_gates: list[EngineGateOut]
+    tool_versions: dict[str, Any]
+    build_seconds: float | None
+    built_on: str | None
+    created_at: str
+
+
+class DeviceRuns(Schema):
+    device: str
+    runs: bool
+    reason: str
+
+
+class StoredEngineDetailOut(StoredEngineOut):
+    devices: list[DeviceRuns]
+
+
+class CompileJob(Schema):
+    id: int
+    state: str
+
+
+class CompileOut(Schema):
+    reused: bool
+    engine: StoredEngineOut | None = None
+    job: CompileJob | None = None
+
+
+class CompatibilityOut(Schema):
+    runs: bool
+    reason: str
+    differences: dict[str, Any]
+
+
+class FingerprintChangeOut(Schema):
+    at: str
+    summary: list[str]
+
+
+class DeviceRecordOut(Schema):
+    id: int
+    name: str
+    device_class: str
+    state: str
+    draining: bool
+    last_heartbeat_at: str | None
+    fingerprint: dict[str, Any] | None
+    revoked_at: str | None
+
+
+class DeviceDetailOut(DeviceRecordOut):
+    changes: list[FingerprintChangeOut]
+
+
+# A compile's answer: 200 with the stored engine, or 202 with the job that builds it.
+COMPILED = {**answers(CompileOut), 202: CompileOut}
 
 
 def device_json(device, changes=False):
@@ -73,66 +177,41 @@ def engine_json(engine):
     }
 
 
-def _compile_answer(engine, job):
+def _compiled(engine, job):
+    """200 with the engine the store has, or 202 with the compile job queued for it."""
     if engine is not None:
-        return JsonResponse({"reused": True, "engine": engine_json(engine)})
-    return JsonResponse({"reused": False, "job": {"id": job.pk, "state": job.state}}, status=202)
+        return 200, {"reused": True, "engine": engine_json(engine)}
+    return 202, {"reused": False, "job": {"id": job.pk, "state": job.state}}
 
 
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
-def device_detail(request, pk):
-    device = get_device_for_user(request, pk)
-    return JsonResponse(device_json(device, changes=True))
+@router.get(
+    "engines", response=answers(list[StoredEngineOut]), auth=PIPELINES, url_name="api_engines"
+)
+@paginate(Page)
+def engines(request, filters: Query[EngineFilter]):
+    """The engines of the caller's teams, newest first; ?model=, ?version= (ids),
+    ?device_class= (a slug) and ?backend= keep the matching ones."""
+    found = engines_for_user(request.user)
+    if filters.model is not None:
+        found = found.filter(model_version__model_id=filters.model)
+    if filters.version is not None:
+        found = found.filter(model_version_id=filters.version)
+    if filters.device_class is not None:
+        found = found.filter(device_class__slug=filters.device_class)
+    if filters.backend is not None:
+        found = found.filter(backend=filters.backend)
+    return Listed(found, engine_json)
 
 
-@require_http_methods(["POST"])
-@token_required
-def device_drain(request, pk):
-    """Body {"draining": true|false}: stop or resume giving the device new jobs."""
-    device = get_device_for_user(request, pk)
-    set_draining(device, flag(json_body(request), "draining", True), request.user)
-    return JsonResponse(device_json(device))
-
-
-@require_http_methods(["POST"])
-@token_required
-def device_revoke(request, pk):
-    """Revoke the device: its token stops working and its running job goes back on the queue."""
-    device = get_device_for_user(request, pk)
-    revoke_device(device, request.user)
-    return JsonResponse(device_json(device))
-
-
-@require_http_methods(["GET", "POST"])
-@token_required
-@for_pipelines
-def version_engines(request, pk):
-    """GET: the version's engines. POST {"device_class", "backend", "build_config"}: compile."""
-    version = get_version_for_user(request, pk)
-    if request.method == "GET":
-        return JsonResponse(
-            {"engines": [engine_json(e) for e in Engine.objects.for_version(version)]}
-        )
-    require_role(request.user, version.team, Role.ENGINEER)
-    body = json_body(request)
-    slug = text(body, "device_class", required=True)
-    device_class = get_object_or_404(version.team.device_classes, slug=slug)
-    backend = body.get("backend", DEFAULT_BACKEND)  # request_compile names the known ones
-    build_config = json_object(body, "build_config", {})
-    try:
-        return _compile_answer(
-            *request_compile(version, device_class, backend, build_config, request.user)
-        )
-    except BuildRefused as exc:
-        raise BadInput(str(exc)) from exc
-
-
-@require_http_methods(["GET"])
-@token_required
-@for_pipelines
-def engine_detail(request, pk):
+@router.get(
+    "engines/{int:pk}",
+    response=answers(StoredEngineDetailOut),
+    auth=PIPELINES,
+    url_name="api_engine",
+)
+def engine_detail(request, pk: int):
+    """The engine: its build, compatibility key, sha256, status, flags and release gates,
+    and whether each device of its class runs it."""
     engine = get_engine_for_user(request, pk)
     body = engine_json(engine)
     body["devices"] = [
@@ -140,13 +219,98 @@ def engine_detail(request, pk):
         for device in engine.device_class.devices.all()
         for runs, reason, _ in [compatibility(engine, device.fingerprint)]
     ]
-    return JsonResponse(body)
+    return body
 
 
-@require_http_methods(["POST"])
-@token_required
-@for_pipelines
-def engine_rebuild(request, pk):
+@router.post(
+    "engines/{int:pk}/compatibility",
+    response=answers(CompatibilityOut),
+    auth=PIPELINES,
+    url_name="api_engine_compatibility",
+)
+def engine_compatibility(request, pk: int, payload: FingerprintIn):
+    """Whether a machine with this fingerprint runs the engine: its compatibility key for the
+    engine's backend and build config is the engine's. Else the reason and the fields that
+    differ ({field: [the engine's, the fingerprint's]}). Stores nothing."""
+    engine = get_engine_for_user(request, pk)
+    fingerprint = reported_fingerprint({"fingerprint": payload.fingerprint})
+    runs, reason, differences = compatibility(engine, fingerprint)
+    return {"runs": runs, "reason": reason, "differences": differences}
+
+
+@router.post(
+    "engines/{int:pk}/rebuild", response=COMPILED, auth=PIPELINES, url_name="api_engine_rebuild"
+)
+def engine_rebuild(request, pk: int):
+    """Ask for the same build again on the engine's class (an engineer): 200 with the engine
+    the store has for the class's devices now, or 202 with the compile job."""
     engine = get_engine_for_user(request, pk)
     require_role(request.user, engine.team, Role.ENGINEER)
-    return _compile_answer(*rebuild(engine, request.user))
+    try:
+        return _compiled(*rebuild(engine, request.user))
+    except BuildRefused as exc:
+        raise BadInput(str(exc)) from exc
+
+
+@router.get(
+    "versions/{int:pk}/engines",
+    response=answers(list[StoredEngineOut]),
+    auth=PIPELINES,
+    url_name="api_version_engines",
+)
+@paginate(Page)
+def version_engines(request, pk: int):
+    """The version's engines on every class, newest first."""
+    version = get_version_for_user(request, pk)
+    found = Engine.objects.for_version(version).with_gate_runs().order_by("-created_at", "-pk")
+    return Listed(found, engine_json)
+
+
+@router.post(
+    "versions/{int:pk}/engines", response=COMPILED, auth=PIPELINES, url_name="api_version_engines"
+)
+def version_compile(request, pk: int, payload: VersionCompileIn):
+    """Build the version for one of its team's classes (an engineer): 200 with the engine
+    when the store has that build for the class's devices, else 202 with the compile job.
+    An unknown class is 404; a backend or build config it cannot build is 400."""
+    version = get_version_for_user(request, pk)
+    require_role(request.user, version.team, Role.ENGINEER)
+    device_class = get_object_or_404(version.team.device_classes, slug=payload.device_class)
+    try:
+        return _compiled(
+            *request_compile(
+                version, device_class, payload.backend, payload.build_config, request.user
+            )
+        )
+    except BuildRefused as exc:
+        raise BadInput(str(exc)) from exc
+
+
+@router.get(
+    "devices/{int:pk}", response=answers(DeviceDetailOut), auth=PIPELINES, url_name="api_device"
+)
+def device_detail(request, pk: int):
+    """The device: its class, state, last heartbeat, fingerprint and its last 50 changes."""
+    return device_json(get_device_for_user(request, pk), changes=True)
+
+
+@router.post(
+    "devices/{int:pk}/drain", response=answers(DeviceRecordOut), url_name="api_device_drain"
+)
+def device_drain(request, pk: int, payload: DrainIn):
+    """Stop (draining: true, the default) or resume giving the device new jobs (an admin);
+    the job it runs goes on."""
+    device = get_device_for_user(request, pk)
+    set_draining(device, payload.draining, request.user)
+    return device_json(device)
+
+
+@router.post(
+    "devices/{int:pk}/revoke", response=answers(DeviceRecordOut), url_name="api_device_revoke"
+)
+def device_revoke(request, pk: int):
+    """Revoke the device (an admin): its token stops working and its running job goes back
+    on the queue."""
+    device = get_device_for_user(request, pk)
+    revoke_device(device, request.user)
+    return device_json(device)

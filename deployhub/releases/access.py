@@ -12,3 +12,11 @@ def get_release_for_user(request, pk):
         "engine__model_version__model", "device_class__team", "created_by", "replaced"
     )
     return get_object_or_404(queryset, pk=pk, device_class__team__in=teams_of(request.user))
+
+
+def releases_for_user(user):
+    """The releases of the user's teams, newest first, with what a release's answer reads."""
+    queryset = Release.objects.select_related(
+        "engine__model_version__model", "device_class__team", "created_by", "replaced"
+    )
+    return queryset.filter(device_class__team__in=teams_of(user)).order_by("-created_at", "-id")
