@@ -11,7 +11,7 @@ from deployhub.registry.access import get_model_for_user
 router = Router(tags=["results"])
 
 
-class PointOut(Schema):
+class TradeoffPointOut(Schema):
     engine: int
     version: int
     backend: str
@@ -24,7 +24,7 @@ class PointOut(Schema):
     production: bool
 
 
-class FacetOut(Schema):
+class TradeoffFacetOut(Schema):
     device_class: str
     latency: str
     task: str
@@ -32,11 +32,11 @@ class FacetOut(Schema):
     accuracy_metric: str
     budget_ms: float | None
     tolerance_band: list[float | None] | None
-    points: list[PointOut]
+    points: list[TradeoffPointOut]
 
 
 class TradeoffsOut(Schema):
-    facets: list[FacetOut]
+    facets: list[TradeoffFacetOut]
     notes: list[str]
 
 

@@ -18,7 +18,7 @@ from workers.parity import PackError, pack_format
 router = Router(tags=["parity"])
 
 
-class ParityJob(Schema):
+class ParityRunJob(Schema):
     id: int
     url: str
     state: str
@@ -28,7 +28,7 @@ class ParityRunOut(Schema):
     id: int
     version: int
     url: str
-    job: ParityJob
+    job: ParityRunJob
     device_class: str
     verdict: str
     passed: bool | None
@@ -51,7 +51,7 @@ class QueuedParityOut(ParityRunOut):
     warning: str | None
 
 
-class GateOut(Schema):
+class ParityGateOut(Schema):
     gate: str
     status: str
     reason: str
@@ -109,7 +109,7 @@ def version_parity(request, pk: int):
 
 @router.get(
     "versions/{int:pk}/parity/gate",
-    response=answers(GateOut),
+    response=answers(ParityGateOut),
     auth=PIPELINES,
     url_name="api_version_parity_gate",
 )

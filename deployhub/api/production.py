@@ -38,23 +38,23 @@ class DeviceToken(HttpBearer):
         raise NotImplementedError
 
 
-class ReleaseRef(Schema):
+class ProductionRelease(Schema):
     id: int
     engine_id: int
     promoted_at: str | None
 
 
-class ModelRef(Schema):
+class ProductionModel(Schema):
     id: int
     name: str
 
 
-class VersionRef(Schema):
+class ProductionVersion(Schema):
     id: int
     number: int
 
 
-class EngineOut(Schema):
+class ProductionEngineOut(Schema):
     id: int
     url: str
     sha256: str
@@ -68,22 +68,22 @@ class EngineOut(Schema):
 class ProductionOut(Schema):
     """The production release of one model and the build of its engine this device runs."""
 
-    release: ReleaseRef
-    model: ModelRef
-    version: VersionRef
+    release: ProductionRelease
+    model: ProductionModel
+    version: ProductionVersion
     device_class: str
-    engine: EngineOut
+    engine: ProductionEngineOut
 
 
-class EntryOut(Schema):
+class ProductionEntryOut(Schema):
     """One model's entry: a ProductionOut (runnable) or a NotRunnableOut (not)."""
 
     runnable: bool
-    release: ReleaseRef
-    model: ModelRef
-    version: VersionRef
+    release: ProductionRelease
+    model: ProductionModel
+    version: ProductionVersion
     device_class: str
-    engine: EngineOut | None = None
+    engine: ProductionEngineOut | None = None
     error: str | None = None
     differences: dict[str, list[Any]] | None = None
     rebuild_queued: bool | None = None
@@ -92,7 +92,7 @@ class EntryOut(Schema):
 
 class EveryModelOut(Schema):
     device_class: str
-    releases: list[EntryOut]
+    releases: list[ProductionEntryOut]
 
 
 # The 409's body is the error body with the release's fields beside it (as an entry that is

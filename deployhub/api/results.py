@@ -91,18 +91,18 @@ BENCHMARK_BODY = {
 }
 
 
-class QueuedJob(Schema):
+class QueuedBenchmark(Schema):
     id: int
     state: str
     params: dict[str, Any]
     url: str
 
 
-class QueuedOut(Schema):
-    job: QueuedJob
+class QueuedBenchmarkOut(Schema):
+    job: QueuedBenchmark
 
 
-class GateOut(Schema):
+class BenchmarkGateOut(Schema):
     verdict: str
     label: str
     reason: str
@@ -128,7 +128,7 @@ class BenchmarkOut(Schema):
     batch_size: int
     sustained_throughput_ips: float | None
     fps_at_p99: float | None
-    gate: GateOut
+    gate: BenchmarkGateOut
     stable: bool | None
     latency_ms: dict[str, float | None]
     stability: dict[str, Any]
@@ -228,7 +228,7 @@ def version_benchmarks(request, pk: int, filters: Query[ResultFilters]):
 
 @router.post(
     "versions/{int:pk}/benchmarks",
-    response=answers(QueuedOut, status=202),
+    response=answers(QueuedBenchmarkOut, status=202),
     auth=PIPELINES,
     url_name="api_version_benchmarks",
     openapi_extra=BENCHMARK_BODY,
@@ -256,7 +256,7 @@ def engine_benchmarks(request, pk: int, filters: Query[ResultFilters]):
 
 @router.post(
     "engines/{int:pk}/benchmarks",
-    response=answers(QueuedOut, status=202),
+    response=answers(QueuedBenchmarkOut, status=202),
     auth=PIPELINES,
     url_name="api_engine_benchmarks",
     openapi_extra=BENCHMARK_BODY,
