@@ -24,10 +24,14 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from deployhub.teams.models import Role, TokenScope
+from deployhub.devices.models import EnrolmentToken
+from deployhub.engines.models import AutoRun
+from deployhub.jobs.actions import claim_job
+from deployhub.releases.actions import propose
+from deployhub.teams.models import Role, TokenScope, Webhook
 from tests.api_calls import token_for
-from tests.conftest import make_user
-from tests.test_fuzz_api import World
+from tests.conftest import make_user, queued_benchmark, stored_engine
+from tests.figure_results import seed_runs
 
 pytestmark = pytest.mark.django_db
 
@@ -62,9 +66,49 @@ def hub_app():
     request_finished.connect(close_old_connections)
 
 
+class World:
+    """The team's objects the cases point at: a running job, an engine with a benchmark run,
+    a release, an auto run, a device, a webhook, an enrolment token (as test_fuzz_api.py's)."""
+
+    def __init__(self, alice, version, device_class, make_device, storage_root):
+        device, _ = make_device()
+        engine = stored_engine(version, device_class)
+        (storage_root / "engines").mkdir(exist_ok=True)
+        (storage_root / "engines" / "test.onnx").write_bytes(b"not read")
+        job = queued_benchmark(version, device_class, alice)
+        claim_job(job.pk, device, 1)
+        seed_runs([engine], 1, 0)
+        enrolment = EnrolmentToken(device_class=device_class, created_by=alice)
+        enrolment.issue()
+        enrolment.save()
+        team = version.team
+        run = AutoRun.objects.create(model_version=version, device_class=device_class)
+        self.ids = {
+            "models": version.model_id,
+            "versions": version.pk,
+            "engines": engine.pk,
+            "jobs": job.pk,
+            "devices": device.pk,
+            "releases": propose(engine, alice, "schemathesis").pk,
+            "auto-runs": run.pk,
+            "webhooks": Webhook.objects.create(team=team, url="https://example.com/hook").pk,
+            "enrolment-tokens": enrolment.pk,
+        }
+        self.slugs = {"device-classes": device_class.slug, "teams": team.slug}
+        # A body's fields the hub looks up: the team's own names, a backend it builds.
+        self.fields = {
+            **{"device_class": device_class.slug, "team": team.slug, "backend": "onnxruntime"},
+            **{"decision": "approve", "gate": "parity", "kind": "validation"},
+            **{"scenario": "single-stream", "task": "classification"},
+        }
+
+    def value(self, before, name):
+        """The real object's id (or slug) for a path parameter after the segment `before`."""
+        return (self.slugs if name == "slug" else self.ids).get(before)
+
+
 @pytest.fixture
 def world(alice, version, device_class, make_device, storage_root):
-    """The team's objects the path ids point at: test_fuzz_api.py's cast."""
     return World(alice, version, device_class, make_device, storage_root)
 
 
@@ -80,8 +124,8 @@ def live_schema(hub_app, world):
 
 def real_ids(world):
     """Hooks that point most cases at the team's real objects: a {pk} after `jobs/` becomes
-    the world's job, a {slug} its device class's slug, and a body's fields the world knows
-    (device_class, team, backend, name...) take its values."""
+    the world's job, a {slug} after `teams/` its team's slug, and a body's fields the world
+    knows (device_class, team, backend...) take its values."""
 
     def flatmap_path_parameters(context, path_parameters):
         if not path_parameters:
@@ -90,15 +134,15 @@ def real_ids(world):
         real = dict(path_parameters)
         for name in path_parameters:
             at = next(i for i, segment in enumerate(segments) if f"{{{name}}}" in segment)
-            value = world.slug if name == "slug" else world.ids.get(segments[at - 1])
+            value = world.value(segments[at - 1], name)
             real[name] = path_parameters[name] if value is None else value
         return mostly(real, path_parameters)
 
     def flatmap_body(context, body):
         if not isinstance(body, dict):
             return st.just(body)
-        right = world.right["api"]
-        return mostly({**body, **{name: right[name] for name in body if name in right}}, body)
+        known = {name: world.fields[name] for name in body if name in world.fields}
+        return mostly({**body, **known}, body)
 
     return flatmap_path_parameters, flatmap_body
 
