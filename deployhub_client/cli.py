@@ -40,6 +40,7 @@ COMMANDS_BY_OPERATION = {
     "attach_dataset": "deployhub datasets add FILE --version MODEL[:VERSION] --kind validation",
     "version_auto": "deployhub auto MODEL[:VERSION] --class SLUG",
     "auto_run_detail": "deployhub auto MODEL[:VERSION] --class SLUG --wait",
+    "version_auto_runs": "deployhub gate MODEL:VERSION --class SLUG",
     "model_results_json": "deployhub results MODEL",
     "model_results_csv": "deployhub results MODEL --csv",
     "jobs_submit": "deployhub jobs submit KIND --version MODEL[:VERSION] --class SLUG",

@@ -86,8 +86,9 @@ def against_choice(ctx, param, value):
 class Gate:
     """One gate's run against a hub: the candidate version, its classes and the limits."""
 
-    def __init__(self, hub, version, against, limits, say):
+    def __init__(self, hub, version, against, limits, say, new_run=False):
         self.hub, self.version, self.against, self.limits = hub, version, against, limits
+        self.new_run = new_run  # start a run even where the version has one
         self.model = version["model"]
         self.say = say  # say(text): progress for a person, on stderr
 
@@ -139,8 +140,14 @@ class Gate:
         return engine or f"version {number} has no benchmarked build on {slug} to compare with"
 
     def start(self, slug):
-        """Start the candidate's auto run on the class; answer it, or why not (a str)."""
+        """The candidate's auto run on the class: the newest one already started (running or
+        done), unless a new one is asked for, else one started now; or why not (a str)."""
         try:
+            started = [] if self.new_run else self.hub.auto_runs(self.version["id"], slug)
+            if started:
+                run = self.hub.auto_run(started[0]["id"])
+                self.say(f"{slug}: auto run #{run['id']} ({run['state']}) is the candidate's")
+                return run
             run = self.hub.auto(self.version["id"], slug, wait=False)
         except HubError as exc:
             return f"auto mode refused: {exc.message}"
@@ -268,6 +275,11 @@ def answer_json(ref, against, limits, reports):
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 @click.option(
+    "--new-run",
+    is_flag=True,
+    help="Start a new auto run on each class even where the version has one already.",
+)
+@click.option(
     "--timeout",
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
@@ -277,7 +289,8 @@ def answer_json(ref, against, limits, reports):
 def gate(ref, classes, against, max_p99_regression, max_accuracy_drop, max_memory_growth, **out):
     """Compare MODEL:VERSION with production on each device class; block a merge if worse.
 
-    Starts the version's auto run on every class, compares its recommended build with
+    Waits for the version's newest auto run on every class (starts one where it has
+    none, or with --new-run), compares its recommended build with
     the baseline's on p99 latency, accuracy and peak memory, and exits 0 when every
     class passes, 1 when a criterion fails, 2 when the gate cannot decide (no device
     online, no baseline, no build to compare, timeout). A slowdown that an unstable
@@ -297,7 +310,8 @@ def gate(ref, classes, against, max_p99_regression, max_accuracy_drop, max_memor
     try:
         hub = Hub(given.get("url"), given.get("token"))
         version = hub.version(model, number)
-        reports = Gate(hub, version, against, limits, errors.print).run(slugs, out["timeout"])
+        judged = Gate(hub, version, against, limits, errors.print, out["new_run"])
+        reports = judged.run(slugs, out["timeout"])
     except HubError as exc:
         reports = [undecided(slug, f"the hub answered {exc}") for slug in slugs]
     finish(title, ref, against, limits, reports, out)

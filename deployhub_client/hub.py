@@ -224,6 +224,11 @@ class Hub:
         run = self.auto_run(started["auto_run"]["id"])
         return self.wait_for_run(run, on_progress, poll_seconds, timeout) if wait else run
 
+    @calls(ops.VERSION_AUTO_RUNS)
+    def auto_runs(self, version: int, device_class: str | None = None) -> list:
+        """The version's auto runs, newest first (one class's with device_class)."""
+        return self.listed(ops.VERSION_AUTO_RUNS, version, device_class=device_class)
+
     @calls(ops.AUTO_RUN_DETAIL)
     def auto_run(self, run: int) -> dict:
         """An auto run as it stands: its builds, their figures and the recommendation."""

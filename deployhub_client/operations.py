@@ -61,6 +61,9 @@ VERSION_DATASETS = operation(
 )
 VERSION_AUTO = operation("version_auto", "POST", "versions/{pk}/auto", ("device_class",), "json")
 AUTO_RUN_DETAIL = operation("auto_run_detail", "GET", "auto-runs/{pk}")
+VERSION_AUTO_RUNS = operation(
+    "version_auto_runs", "GET", "versions/{pk}/auto-runs", query=("device_class",), paged=True
+)
 RESULT_FILTERS = ("device_class", "backend", "precision", "vmin", "vmax")
 MODEL_RESULTS = operation("model_results_json", "GET", "models/{pk}/results", query=RESULT_FILTERS)
 MODEL_RESULTS_CSV = operation(

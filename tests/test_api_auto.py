@@ -5,6 +5,7 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from deployhub.devices.models import DeviceClass
 from deployhub.engines import auto
 from deployhub.engines.models import AutoBuild, AutoRun
 from deployhub.jobs.models import Job, JobKind
@@ -273,3 +274,19 @@ def test_it_refuses_auto_mode_on_a_version_that_is_not_onnx(
 
     assert answer.status_code == 400 and "ONNX" in answer.json()["error"]
     assert not AutoRun.objects.exists() and not Job.objects.exists()
+
+
+def test_it_lists_a_versions_auto_runs_newest_first_by_class(
+    client, version, device_class, alice, charlie
+):
+    other = DeviceClass.objects.create(team=device_class.team, slug="other-class", name="Other")
+    older = AutoRun.objects.create(model_version=version, device_class=device_class)
+    newer = AutoRun.objects.create(model_version=version, device_class=device_class)
+    elsewhere = AutoRun.objects.create(model_version=version, device_class=other)
+
+    listed = get(client, f"versions/{version.pk}/auto-runs", alice).json()
+    assert [run["id"] for run in listed["items"]] == [elsewhere.pk, newer.pk, older.pk]
+    assert listed["count"] == 3 and listed["items"][1]["url"].endswith(f"/auto-runs/{newer.pk}")
+    on_class = get(client, f"versions/{version.pk}/auto-runs?device_class={other.slug}", alice)
+    assert [run["id"] for run in on_class.json()["items"]] == [elsewhere.pk]
+    assert get(client, f"versions/{version.pk}/auto-runs", charlie).status_code == 404

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from deployhub_client.cli import cli
-from deployhub_client.gate import gate, parse_ref, percent
+from deployhub_client.gate import Gate, gate, parse_ref, percent
 from deployhub_client.judge import (
     EXIT_CODES,
     ClassReport,
@@ -308,3 +308,31 @@ def test_a_class_with_no_device_online_exits_2_before_any_run_starts(monkeypatch
     assert "not started" in reasons["edge-cpu"]
     assert hub.started == []
     assert "could not decide" in summary.read_text()
+
+
+class FakeHubWithRuns(FakeHub):
+    """FakeHub whose version already has auto runs (newest first), as the hub lists them."""
+
+    def __init__(self, classes, runs):
+        super().__init__(classes)
+        self.runs = runs
+
+    def auto_runs(self, version, device_class):
+        return [run for run in self.runs if run["device_class"] == device_class]
+
+    def auto_run(self, run):
+        return next(each for each in self.runs if each["id"] == run)
+
+
+def test_the_gate_waits_for_the_versions_newest_run_and_starts_one_only_where_none_is():
+    runs = [{"id": 9, "device_class": "edge-cpu", "state": "running"}]
+    runs.append({"id": 4, "device_class": "edge-cpu", "state": "done"})
+    hub = FakeHubWithRuns([], runs)
+    hub.auto = lambda version, slug, wait: hub.started.append(slug) or {"id": 10, "page": "/"}
+    said = []
+    gate = Gate(hub, hub.version("digits", 2), "production", None, said.append)
+
+    assert gate.start("edge-cpu")["id"] == 9 and hub.started == []
+    assert gate.start("server-gpu")["id"] == 10 and hub.started == ["server-gpu"]
+    fresh = Gate(hub, hub.version("digits", 2), "production", None, said.append, new_run=True)
+    assert fresh.start("edge-cpu")["id"] == 10 and hub.started == ["server-gpu", "edge-cpu"]

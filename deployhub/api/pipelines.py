@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.urls import reverse
-from ninja import Router
+from ninja import Query, Router
 from ninja.pagination import paginate
 
 from deployhub.api.auth import BadInput
@@ -143,6 +143,53 @@ def _device_class_of(version, slug):
         known = ", ".join(version.team.device_classes.values_list("slug", flat=True)) or "none"
         raise BadInput(f"{version.team} has no device class {slug!r}; it has: {known}.")
     return device_class
+
+
+class AutoRunListed(Schema):
+    id: int
+    url: str
+    page: str
+    device_class: str
+    state: str
+    outcome: str
+    outcome_label: str
+    created_at: str | None
+    finished_at: str | None
+
+
+class AutoRunFilters(Schema):
+    device_class: str | None = None
+
+
+@router.get(
+    "versions/{int:pk}/auto-runs",
+    response=answers(list[AutoRunListed]),
+    auth=PIPELINES,
+    url_name="api_version_auto_runs",
+)
+@paginate(Page)
+def version_auto_runs(request, pk: int, filters: Query[AutoRunFilters]):
+    """The version's auto runs, newest first; ?device_class=<slug> keeps one class's. A gate
+    waits for a run already started instead of starting another."""
+    version = get_version_for_user(request, pk)
+    runs = version.auto_runs.select_related("device_class").order_by("-created_at", "-id")
+    if filters.device_class:
+        runs = runs.filter(device_class__slug=filters.device_class)
+    return Listed(runs, lambda run: auto_run_listed(request, run))
+
+
+def auto_run_listed(request, run):
+    return {
+        "id": run.pk,
+        "url": _absolute(request, "api_auto_run", run.pk),
+        "page": run.get_absolute_url(),
+        "device_class": run.device_class.slug,
+        "state": run.state,
+        "outcome": run.outcome,
+        "outcome_label": run.outcome_label,
+        "created_at": _time(run.created_at),
+        "finished_at": _time(run.finished_at),
+    }
 
 
 @router.get(
