@@ -94,7 +94,9 @@ class World:
             "webhooks": Webhook.objects.create(team=team, url="https://example.com/hook").pk,
             "enrolment-tokens": enrolment.pk,
         }
-        self.slugs = {"device-classes": device_class.slug, "teams": team.slug}
+        # What a path's text parameter names after a segment: a class, a team, a results CSV.
+        self.names = {"device-classes": device_class.slug, "teams": team.slug}
+        self.names["results"] = "benchmarks"
         # A body's fields the hub looks up: the team's own names, a backend it builds.
         self.fields = {
             **{"device_class": device_class.slug, "team": team.slug, "backend": "onnxruntime"},
@@ -103,8 +105,8 @@ class World:
         }
 
     def value(self, before, name):
-        """The real object's id (or slug) for a path parameter after the segment `before`."""
-        return (self.slugs if name == "slug" else self.ids).get(before)
+        """The real object's id (or name) for a path parameter after the segment `before`."""
+        return (self.ids if name == "pk" else self.names).get(before)
 
 
 @pytest.fixture
