@@ -37,9 +37,7 @@ from tests.installed_worker import _dependency_links, clean_env, run, site_packa
 from workers.version import worker_version
 
 # Calls the client is written for (docs/cli.md) that the hub does not answer yet.
-PENDING = {
-    "engine_file": "GET engines/<id>/file (a person's engine download) is not in API v1 yet",
-}
+PENDING: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -278,14 +276,21 @@ def test_engines_download_keeps_the_hubs_engine_and_refuses_it_tampered(
     engine.sha256, engine.signature, engine.size = sha256, signing.sign(sha256), len(content)
     engine.save()
 
-    kept = hub.engines.download(engine.pk, tmp_path / "kept.onnx", for_this_machine=False)
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    kept = hub.engines.download(engine.pk, downloads / "kept.onnx", for_this_machine=False)
     with default_storage.open(engine.file.name, "wb") as stored:
         stored.write(b"engine bytes, changed")
-    with pytest.raises(EngineRefused, match="sha256"):
-        hub.engines.download(engine.pk, tmp_path / "tampered.onnx", for_this_machine=False)
+    # The hub checks the stored bytes before it serves them: it refuses, and marks the
+    # engine corrupt (the client's own sha256 and signature check is the test above).
+    with pytest.raises(HubError) as refused:
+        hub.engines.download(engine.pk, downloads / "tampered.onnx", for_this_machine=False)
 
+    assert refused.value.status == 409 and "corrupt" in refused.value.message
     assert kept.read_bytes() == content
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.onnx"]
+    assert sorted(p.name for p in downloads.iterdir()) == ["kept.onnx"]
+    engine.refresh_from_db()
+    assert engine.status == "corrupt"
 
 
 # The command line.

@@ -9,6 +9,7 @@ decision is closed to pipelines, so this walk fails loudly rather than letting o
 import pytest
 from django.urls import URLPattern, get_resolver
 
+from deployhub.api.auth import Refused
 from tests.api_calls import token_for
 
 pytestmark = pytest.mark.django_db
@@ -81,15 +82,20 @@ def test_a_full_token_is_not_refused_for_its_scope_anywhere(client, alice):
 
 
 def test_it_closes_a_route_nobody_decided_on_to_pipelines(rf, alice):
-    """A new view with only @token_required: a pipeline token gets 403, a full one gets in."""
-    from django.http import JsonResponse
+    """A new operation with the API's default auth: a pipeline token gets 403, a full one
+    gets in; auth=PIPELINES opens it to both."""
+    from deployhub.api.openapi import HubAPI
+    from deployhub.api.openapi import api as hub_api
+    from deployhub.api.v1 import PIPELINES
 
-    from deployhub.api.auth import token_required
+    new_api = HubAPI(auth=hub_api.auth, urls_namespace="new-operations")
+    new_api.exception_handler(Refused)(lambda request, exc: exc.response)
+    new_api.get("/new")(lambda request: {"ok": True})
+    new_api.get("/open", auth=PIPELINES)(lambda request: {"ok": True})
+    routes = {str(pattern.pattern): pattern.callback for pattern in new_api.url_patterns()}
+    new, opened = routes["new"], routes["open"]
 
-    @token_required
-    def new_view(request):
-        return JsonResponse({"ok": True})
-
-    for scope, expected in (("pipeline", 403), ("full", 200)):
+    for scope, closed, open_ in (("pipeline", 403, 200), ("full", 200, 200)):
         headers = token_for(alice, scope=scope)
-        assert new_view(rf.get("/api/v1/new", **headers)).status_code == expected
+        assert new(rf.get("/api/v1/new", **headers)).status_code == closed
+        assert opened(rf.get("/api/v1/open", **headers)).status_code == open_

@@ -1,17 +1,17 @@
 """Who may call API v1: people by personal tokens, devices by device tokens; what they may send.
 
-Each decorator authenticates the caller, then answers the typed exceptions its
-views raise with their HTTP status, as a JSON error; never by a message's text.
-Every JSON body goes through json_body and every field through a typed reader
-(text, number, integer, json_object), so bad input is a 400 naming the field,
-never a 500 from the database or the parser.
+person_for authenticates a person for the django-ninja operations (api/v1.py), whose
+handlers (api/openapi.py) answer the typed exceptions raised here and in the domain with
+their HTTP status; device_required does both for the device protocol's hand-written views.
+Never by a message's text. Every JSON body goes through json_body and every field through
+a typed reader (text, number, integer, json_object) or a strict schema, so bad input is a
+400 naming the field, never a 500 from the database or the parser.
 """
 
 import functools
 import math
 
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse, RawPostDataException
+from django.http import JsonResponse, RawPostDataException
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -21,9 +21,7 @@ from deployhub.devices.models import TOKEN_PREFIX as DEVICE_TOKEN_PREFIX
 from deployhub.devices.models import Device
 from deployhub.jobs.errors import JobConflict, WrongDevice
 from deployhub.jobs.models import Job
-from deployhub.registry.datasets import DatasetError
-from deployhub.registry.golden import GoldenError
-from deployhub.registry.inspect import InvalidModel, UploadTooLarge
+from deployhub.registry.inspect import InvalidModel
 from deployhub.teams import throttle
 from deployhub.teams.models import ApiToken, TokenScope
 from workers.version import parse_user_agent
@@ -279,33 +277,6 @@ def person_for(request, pipelines_may_call=False):
     return record.user
 
 
-def token_required(view):
-    """Authenticate a person by a personal API token (Authorization: Bearer dhu_...)."""
-
-    @csrf_exempt
-    @functools.wraps(view)
-    def wrapper(request, *args, **kwargs):
-        try:
-            person_for(request, getattr(view, "pipelines_may_call", False))
-        except Refused as refused:
-            return refused.response
-        try:
-            check_fields(request)
-            return view(request, *args, **kwargs)
-        except PermissionDenied as exc:
-            return error(403, str(exc) or "You may not do this.")
-        except Http404:
-            return error(404, "Not found.")
-        except Conflict as exc:
-            return JsonResponse({"error": str(exc), "existing": exc.existing}, status=409)
-        except UploadTooLarge as exc:
-            return error(413, str(exc))
-        except (InvalidModel, DatasetError, GoldenError, BadInput) as exc:
-            return error(400, str(exc))
-
-    return wrapper
-
-
 def device_required(view):
     """Authenticate the device by its bearer token and pass it to the view."""
 
@@ -379,14 +350,3 @@ def _protocol_refused(request):
     """True when the caller is a deployhub worker speaking a protocol this hub does not."""
     _, protocol = parse_user_agent(request.headers.get("User-Agent"))
     return protocol is not None and not worker_dist.speaks(protocol)
-
-
-def for_pipelines(view):
-    """Let a pipeline-scoped token call this view too; every other API view refuses one (403).
-
-    Pipelines get an allowlist, not a blocklist: a view added without this mark is closed
-    to them until someone decides it belongs to uploading, building, benchmarking, reading
-    or requesting a release.
-    """
-    view.pipelines_may_call = True
-    return view

@@ -7,6 +7,7 @@ draining and revoking a device need a full token and a team admin.
 
 from typing import Any
 
+from django.core.files.storage import default_storage
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router
 from ninja.pagination import paginate
@@ -18,8 +19,16 @@ from deployhub.api.protocol import reported_fingerprint
 from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import revoke_device, set_draining
+from deployhub.downloads import file_download
+from deployhub.engines import signing
 from deployhub.engines.access import engines_for_user, get_engine_for_user
-from deployhub.engines.actions import BuildRefused, compatibility, rebuild, request_compile
+from deployhub.engines.actions import (
+    BuildRefused,
+    compatibility,
+    rebuild,
+    request_compile,
+    serving_refusal,
+)
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
 from deployhub.registry.access import get_version_for_user
@@ -71,6 +80,8 @@ class StoredEngineOut(Schema):
     compat_fields: dict[str, Any]
     sha256: str
     size: int
+    signature: str
+    signing_public_key: str
     status: str
     status_reason: str
     accuracy_flags: list[str]
@@ -165,6 +176,10 @@ def engine_json(engine):
         "compat_fields": engine.compat_fields,
         "sha256": engine.sha256,
         "size": engine.size,
+        # The hub's Ed25519 signature of the sha256, and the key that checks it (GET
+        # engines/<id>/file: what a person or a pipeline downloads can be verified).
+        "signature": engine.signature,
+        "signing_public_key": signing.public_key_hex(),
         "status": engine.status,
         "status_reason": engine.status_reason,
         "accuracy_flags": engine.accuracy_flags,
@@ -220,6 +235,31 @@ def engine_detail(request, pk: int):
         for runs, reason, _ in [compatibility(engine, device.fingerprint)]
     ]
     return body
+
+
+@router.get(
+    "engines/{int:pk}/file",
+    response=answers(None, also=(409,)),
+    auth=PIPELINES,
+    url_name="api_engine_file",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The engine file, as an attachment.",
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def engine_file(request, pk: int):
+    """The engine's file, for a person or a pipeline to deploy or inspect: check it against
+    the engine's sha256 and signature (GET engines/<id>). A revoked or corrupt engine is
+    refused (409), as it is to devices; devices fetch theirs with GET
+    engines/<id>/download, which also checks their toolchain runs it."""
+    engine = get_engine_for_user(request, pk)
+    if refusal := serving_refusal(engine, person=request.user):
+        return 409, {"error": refusal}
+    return file_download(default_storage.open(engine.file.name, "rb"), f"engine-{engine.pk}")
 
 
 @router.post(

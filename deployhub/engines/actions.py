@@ -436,15 +436,16 @@ def _sha256_of(name):
     return hashed.hexdigest()
 
 
-def serving_refusal(engine, device):
-    """Say why the hub will not hand the engine's file to a device ("" when it will).
+def serving_refusal(engine, device=None, person=None):
+    """Say why the hub will not hand the engine's file to a device, or to a person who asks
+    for it through the API ("" when it will).
 
     A revoked or corrupt engine is refused. The stored file is checked against the
     engine's sha256 first: bytes changed in the store mark the engine corrupt (an
-    event), so no device is handed a file it would refuse, and pages show it.
+    event), so no one is handed a file a device would refuse, and pages show it.
     """
     if engine.status not in EngineStatus.UNSERVED and (problem := stored_file_problem(engine)):
-        engine = mark_corrupt(engine, problem, device)
+        engine = mark_corrupt(engine, problem, device, person)
     if engine.status == EngineStatus.CORRUPT:
         return f"Engine #{engine.pk} is corrupt: {engine.status_reason}"
     if engine.status == EngineStatus.REVOKED:
@@ -452,25 +453,27 @@ def serving_refusal(engine, device):
     return ""
 
 
-def mark_corrupt(engine, problem, device):
-    """Mark the engine corrupt, saying what its file showed when served to device; an event."""
+def mark_corrupt(engine, problem, device=None, person=None):
+    """Mark the engine corrupt, saying what its file showed when served to the device (or
+    the person); an event."""
+    served_to = device or person
     with transaction.atomic():
         engine = Engine.objects.select_for_update().get(pk=engine.pk)
         if engine.status == EngineStatus.CORRUPT:
             return engine
         before, engine.status = engine.status, EngineStatus.CORRUPT
         engine.status_reason = (
-            f"{problem[0].upper()}{problem[1:]} (found when it was served to {device}): "
+            f"{problem[0].upper()}{problem[1:]} (found when it was served to {served_to}): "
             "the hub does not serve it. Rebuild it."
         )
         engine.save(update_fields=["status", "status_reason"])
         Event.record(
             engine.team,
-            f"device:{device}",
+            f"device:{device}" if device else person,
             "engine.corrupt",
             engine,
             reason=problem,
-            device=device.pk,
+            device=device.pk if device else None,
             before=before,
             after=EngineStatus.CORRUPT,
         )
