@@ -9,7 +9,7 @@ from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from ninja import Router
+from ninja import Router, Status
 from ninja.pagination import paginate
 from pydantic import Field
 
@@ -172,7 +172,7 @@ def class_enrolment_token_create(request, slug: str, payload: EnrolmentTokenIn):
         "token": secret,
         "setup": setup_lines(hub_url(request), secret),
     }
-    return 201, answer
+    return Status(201, answer)
 
 
 @router.post(

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.files.storage import default_storage
 from django.shortcuts import get_object_or_404
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.pagination import paginate
 from pydantic import Field
 
@@ -195,8 +195,8 @@ def engine_json(engine):
 def _compiled(engine, job):
     """200 with the engine the store has, or 202 with the compile job queued for it."""
     if engine is not None:
-        return 200, {"reused": True, "engine": engine_json(engine)}
-    return 202, {"reused": False, "job": {"id": job.pk, "state": job.state}}
+        return Status(200, {"reused": True, "engine": engine_json(engine)})
+    return Status(202, {"reused": False, "job": {"id": job.pk, "state": job.state}})
 
 
 @router.get(
@@ -258,7 +258,7 @@ def engine_file(request, pk: int):
     engines/<id>/download, which also checks their toolchain runs it."""
     engine = get_engine_for_user(request, pk)
     if refusal := serving_refusal(engine, person=request.user):
-        return 409, {"error": refusal}
+        return Status(409, {"error": refusal})
     return file_download(default_storage.open(engine.file.name, "rb"), f"engine-{engine.pk}")
 
 

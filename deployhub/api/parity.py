@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from ninja import File, Form, Router, UploadedFile
+from ninja import File, Form, Router, Status, UploadedFile
 from ninja.pagination import paginate
 
 from deployhub.api.auth import BadInput
@@ -150,4 +150,4 @@ def version_parity_check(
     except PackError as exc:
         raise BadInput(str(exc)) from exc
     warning = no_worker_warning(run.job.device_class)
-    return 201, {**run_json(run), "warning": warning or None}
+    return Status(201, {**run_json(run), "warning": warning or None})

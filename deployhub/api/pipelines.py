@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.urls import reverse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
 from deployhub.api.auth import BadInput
@@ -131,7 +131,7 @@ def version_auto(request, response: HttpResponse, pk: int, payload: AutoIn):
     url = _absolute(request, "api_auto_run", run.pk)
     response["Location"] = url
     body = {"id": run.pk, "state": run.state, "url": url, "page": run.get_absolute_url()}
-    return 202, {"auto_run": body}
+    return Status(202, {"auto_run": body})
 
 
 def _device_class_of(version, slug):

@@ -10,7 +10,7 @@ the shape workers of every protocol version read (not paged).
 from typing import Any
 
 from django.http import JsonResponse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.security import HttpBearer
 
 from deployhub.api import auth
@@ -195,13 +195,15 @@ def device_class_production(request, slug: str, model: int | None = Query(None, 
     device = request.auth
     device_class = device.device_class
     if slug != device_class.slug:
-        return 404, {"error": f"No device class {slug!r} for this device."}
+        return Status(404, {"error": f"No device class {slug!r} for this device."})
     if model is None:
         return _every_model(device)
     chosen = Model.objects.filter(pk=model, team=device_class.team).first()
     release = production_of(chosen, device_class) if chosen else None
     if release is None:
-        return 404, {"error": f"Model {model} has no production release on {device_class.slug}."}
+        return Status(
+            404, {"error": f"Model {model} has no production release on {device_class.slug}."}
+        )
     runs, body = production_entry(release, device)
     return body if runs else JsonResponse(body, status=409)
 
@@ -211,7 +213,9 @@ def _every_model(device):
         device_class=device.device_class, state=ReleaseState.PRODUCTION
     ).select_related("engine__model_version", "model", "device_class")
     if not releases:
-        return 404, {"error": f"No model has a production release on {device.device_class.slug}."}
+        return Status(
+            404, {"error": f"No model has a production release on {device.device_class.slug}."}
+        )
     entries = []
     for release in releases:
         runs, body = production_entry(release, device)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from django.http import HttpResponse
 from django.urls import reverse
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.pagination import paginate
 from pydantic import Field
 
@@ -288,7 +288,7 @@ def release_evidence(request, pk: int, payload: Nothing = None):
 def _created(request, response, release):
     """201 with the release, its URL in the Location header."""
     response["Location"] = request.build_absolute_uri(reverse("api_release", args=[release.pk]))
-    return 201, release_json(request, release)
+    return Status(201, release_json(request, release))
 
 
 def release_json(request, release):

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from django.http import HttpResponse, JsonResponse
-from ninja import Field, Query, Router
+from ninja import Field, Query, Router, Status
 from ninja.pagination import paginate
 from pydantic import ConfigDict
 
@@ -210,7 +210,7 @@ def _submitted(request, form, version, engine=None):
         "params": job.params,
         "url": request.build_absolute_uri(job.get_absolute_url()),
     }
-    return 202, {"job": body}
+    return Status(202, {"job": body})
 
 
 @router.get(
@@ -310,7 +310,7 @@ def model_results_csv(request, pk: int, kind: str, filters: Query[ResultFilters]
     """The model's benchmarks.csv, batch-sweep.csv or accuracy.csv, as filtered."""
     model = get_model_for_user(request, pk)
     if kind not in EXPORTS:
-        return 404, {"error": f"No export {kind}.csv; there are {', '.join(EXPORTS)}."}
+        return Status(404, {"error": f"No export {kind}.csv; there are {', '.join(EXPORTS)}."})
     text = model_csv(model, kind, keep=filters.keeps if filters.any else None)
     return attachment(text, "text/csv; charset=utf-8", model, f"{kind}.csv")
 
