@@ -2,7 +2,8 @@
 
 import pytest
 
-from deployhub.benchmarks.models import BenchmarkRun, GateVerdict, Scenario
+from deployhub.benchmarks.gates import GateVerdict
+from deployhub.benchmarks.models import BenchmarkRun, Scenario
 from deployhub.devices.models import ServingPattern
 from tests.benchmark_results import (
     LATENCY,

@@ -16,7 +16,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count, Max, Q
 from django.urls import get_script_prefix
 
-from deployhub.benchmarks.models import PERCENTILES, BenchmarkRun, engine_precision
+from deployhub.benchmarks.models import BenchmarkRun, engine_precision
+from deployhub.benchmarks.results import PERCENTILES
 from deployhub.devices.models import DeviceClass
 from deployhub.evaluation.models import AccuracyRun
 

@@ -1,10 +1,11 @@
-"""Benchmark results with the conditions they were measured under, and the gate they face."""
+"""Benchmark results with the conditions they were measured under.
 
-import base64
+The worker's result JSON is read in results.py and the budget gate a run faces is judged in
+gates.py: this module keeps the models, their queries and what a page shows of a run.
+"""
+
 import binascii
 import functools
-import math
-from dataclasses import dataclass
 
 import numpy as np
 from django.db import models
@@ -12,49 +13,11 @@ from django.db.models import Case, F, When
 from django.db.models.functions import Coalesce
 from django.urls import get_script_prefix, reverse
 
+from deployhub.benchmarks.gates import budget_verdict
+from deployhub.benchmarks.results import run_fields, sample_fields
+from deployhub.benchmarks.scenarios import Scenario
 from deployhub.choices import ChoiceSet
-from deployhub.devices.models import ServingPattern
 from deployhub.jobs.errors import ResultRejected
-from workers.latency import SAMPLES_FORMAT, SAMPLES_KEPT
-
-PERCENTILES = ("min", "p50", "p90", "p95", "p99", "max", "mean", "std")
-
-
-class Scenario(ChoiceSet):
-    """How queries reach the model, named as MLPerf Inference names its scenarios."""
-
-    SINGLE_STREAM = "single-stream"
-    SERVER = "server"
-    OFFLINE = "offline"
-    CHOICES = (
-        (SINGLE_STREAM, "SingleStream", "blue"),
-        (SERVER, "Server", "purple"),
-        (OFFLINE, "Offline", "teal"),
-    )
-    HELP = {
-        SINGLE_STREAM: "one query at a time, each waits for the last (a camera feeding one model)",
-        SERVER: "queries arrive at a target rate (Poisson); p99 at that rate decides",
-        OFFLINE: "all samples at once; throughput decides",
-    }
-
-
-# An unstable run still meets a gate it meets by this factor (see BenchmarkRun.gate).
-WIDE_MARGIN = 2.0
-
-
-class GateVerdict(ChoiceSet):
-    """Whether a run meets its device class's gate."""
-
-    MEETS = "meets"
-    MISSES = "misses"
-    UNSTABLE = "unstable"
-    UNKNOWN = "unknown"
-    CHOICES = (
-        (MEETS, "Meets budget", "green"),
-        (MISSES, "Misses budget", "red"),
-        (UNSTABLE, "Unstable: measure again", "orange"),
-        (UNKNOWN, "Cannot judge", "grey"),
-    )
 
 
 class Stability(ChoiceSet):
@@ -68,25 +31,6 @@ class Stability(ChoiceSet):
         (UNSTABLE, "Unstable", "orange"),
         (UNCHECKED, "Not checked", "grey"),
     )
-
-
-@dataclass(frozen=True)
-class BudgetVerdict:
-    """A run's verdict against its class's budget, and the sentence that explains it.
-
-    The performance release gate (deployhub/engines/gates.py) states it as a Gate.
-    """
-
-    verdict: str
-    reason: str
-
-    @property
-    def label(self):
-        return GateVerdict.label(self.verdict)
-
-    @property
-    def color(self):
-        return GateVerdict.color(self.verdict)
 
 
 class BenchmarkRunQuerySet(models.QuerySet):
@@ -237,140 +181,6 @@ def flag_int8_slowdowns_in_version(runs):
     return runs
 
 
-def _number(value, cast=float):
-    """Return `value` as a finite number, or None when absent; raise ValueError otherwise."""
-    if value is None:
-        return None
-    number = cast(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
-    return number
-
-
-def _required(value):
-    """Return `value` as a finite float; raise ValueError when it is absent or not a number."""
-    if value is None:
-        raise ValueError("a required number is missing")
-    return _number(value)
-
-
-def _block(result, key, kind=dict):
-    """Return the optional block `key` of a result (None when absent); raise if mistyped."""
-    value = result.get(key)
-    if value is not None and not isinstance(value, kind):
-        raise ValueError(f"{key} must be a JSON {'object' if kind is dict else 'list'}")
-    return value
-
-
-def _latency(block):
-    """Return a latency block with every percentile as a number (missing ones None)."""
-    if not isinstance(block, dict):
-        raise ValueError("latency_ms must be a JSON object")
-    return {key: _number(block.get(key)) for key in PERCENTILES}
-
-
-def _conditions(result):
-    host = _block(result, "host") or {}
-    scenario = result.get("scenario") or Scenario.SINGLE_STREAM
-    if scenario not in dict(Scenario.choices()):
-        raise ValueError(f"unknown scenario {scenario!r}")
-    return {
-        "scenario": scenario,
-        "warmup_s": _number(result.get("warmup_s")),
-        "duration_s": _number(result.get("duration_s")),
-        "host": host,
-        "host_cpu_model": str(host.get("cpu_model") or "")[:200],
-        "host_logical_cpus": _number(host.get("logical_cpus"), int),
-    }
-
-
-def _stability(result):
-    stability = _block(result, "stability") or {}
-    reasons = stability.get("reasons") or []
-    if not isinstance(reasons, list):
-        raise ValueError("stability.reasons must be a list of sentences")
-    stable = stability.get("stable")
-    return {
-        "cv": _number(result["cv"] if result.get("cv") is not None else stability.get("cv")),
-        "stable": None if stable is None else bool(stable),
-        "drift": _number(stability.get("drift")),
-        "stability": {
-            "reasons": [str(reason) for reason in reasons],
-            "cv_core": _number(stability.get("cv_core")),
-            "windows_p50_ms": [_number(v) for v in stability.get("windows_p50_ms") or []],
-        },
-    }
-
-
-def _server(result):
-    server = _block(result, "server")
-    if server is None:
-        return {}
-    tried = server.get("tried") or []
-    if not isinstance(tried, list) or not all(isinstance(row, dict) for row in tried):
-        raise ValueError("server.tried must be a list of objects")
-    return {
-        "server": {
-            **server,
-            "latency_ms": _latency(server["latency_ms"]) if server.get("latency_ms") else None,
-            "tried": [
-                {key: _number(row.get(key)) for key in ("qps", "p99_ms", "achieved_qps")}
-                for row in tried
-            ],
-        },
-        "server_target_qps": _number(server.get("target_qps")),
-        "server_achieved_qps": _number(server.get("achieved_qps")),
-        "server_p99_ms": _number((server.get("latency_ms") or {}).get("p99")),
-        "max_qps_in_budget": _number(server.get("max_qps_in_budget")),
-    }
-
-
-def _offline(result):
-    offline = _block(result, "offline")
-    if offline is None:
-        return {}
-    return {
-        "offline_samples": _number(offline.get("samples"), int),
-        "offline_wall_s": _number(offline.get("wall_s")),
-        "offline_throughput_ips": _number(offline.get("throughput_ips")),
-    }
-
-
-def _sweep_row(row):
-    if not isinstance(row, dict):
-        raise ValueError("each batch_sweep row must be an object")
-    return {
-        "batch_size": int(row["batch_size"]),
-        "latency_ms": _latency(row.get("latency_ms") or {}),
-        "throughput_ips": _number(row.get("throughput_ips")),
-        "cv": _number(row.get("cv")),
-    }
-
-
-def _gpu(result):
-    gpu = _block(result, "gpu")
-    if gpu is None:
-        return {}
-    return {"gpu": gpu, "peak_device_memory_mb": _number(gpu.get("peak_device_memory_mb"))}
-
-
-def _core(result):
-    latency = result["latency_ms"]
-    return {
-        "backend": str(result["backend"]),
-        "provider": str(result.get("provider") or ""),
-        "batch_size": int(result["batch_size"]),
-        "warmup_iterations": int(result.get("warmup_iterations") or 0),
-        "iterations": int(result["iterations"]),
-        "intra_op_threads": int(result.get("intra_op_threads") or 0),
-        "throughput_ips": _required(result["throughput_ips"]),
-        "peak_rss_mb": _number(result.get("peak_rss_mb")),
-        "rss_growth_mb": _number(result.get("rss_growth_mb")),
-        "fingerprint": result.get("fingerprint") or {},
-        **{f"latency_{key}_ms": _required(latency[key]) for key in PERCENTILES},
-    }
-
-
 class BenchmarkRun(models.Model):
     """Latency and throughput of one model version on one device, and how they were taken."""
 
@@ -441,18 +251,7 @@ class BenchmarkRun(models.Model):
     @classmethod
     def record(cls, job, result):
         """Store a worker's benchmark result for `job`; raise ValueError if it is malformed."""
-        try:
-            fields = {
-                **_core(result),
-                **_conditions(result),
-                **_stability(result),
-                **_server(result),
-                **_offline(result),
-                **_gpu(result),
-                "batch_sweep": [_sweep_row(r) for r in _block(result, "batch_sweep", list) or []],
-            }
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed benchmark result: {exc!r}") from exc
+        fields = run_fields(result)
         samples = LatencySamples.read(result.get("latency_samples"), fields["iterations"])
         run = cls.objects.create(
             job=job,
@@ -570,94 +369,8 @@ class BenchmarkRun(models.Model):
         return url_with_id("benchmark_run_details", self.pk)
 
     def gate(self):
-        """Judge the run against its device class; the serving pattern picks what decides.
-
-        An unstable measurement decides nothing, unless it meets the gate with a
-        margin of at least WIDE_MARGIN (p99 at most half the budget, twice the
-        throughput target): noise of that size cannot turn the verdict.
-        """
-        device_class = self.device_class
-        if device_class.serving_pattern == ServingPattern.BATCH:
-            gate = self._batch_gate(device_class)
-        else:
-            gate = self._realtime_gate(device_class)
-        if self.stable is False:
-            gate = self._unstable(gate, device_class)
-        return self._with_memory(gate, device_class.memory_limit_mb)
-
-    def _unstable(self, gate, device_class):
-        reasons = "; ".join(self.stability_reasons) or "the worker flagged it"
-        if gate.verdict == GateVerdict.MEETS and self._wide_margin(device_class):
-            return BudgetVerdict(
-                GateVerdict.MEETS,
-                f"{gate.reason} The measurement is unstable ({reasons}), but the margin is "
-                f"{WIDE_MARGIN:g}x or more: noise of that size cannot turn the verdict.",
-            )
-        return BudgetVerdict(
-            GateVerdict.UNSTABLE,
-            f"The measurement is unstable ({reasons}): measure again before trusting it.",
-        )
-
-    def _wide_margin(self, device_class):
-        if device_class.serving_pattern != ServingPattern.BATCH:
-            return self.gate_p99_ms * WIDE_MARGIN <= device_class.frame_budget_ms
-        ceiling = device_class.batch_latency_ceiling_ms
-        return self.gate_throughput_ips >= WIDE_MARGIN * device_class.throughput_target_ips and (
-            not ceiling or self.latency_p99_ms * WIDE_MARGIN <= ceiling
-        )
-
-    def _realtime_gate(self, device_class):
-        budget = device_class.frame_budget_ms
-        if self.scenario == Scenario.OFFLINE:
-            return BudgetVerdict(
-                GateVerdict.UNKNOWN,
-                "An Offline run measures throughput only; a real-time class is judged on the "
-                "p99 of a SingleStream or Server run.",
-            )
-        p99, which = self.gate_p99_ms, "Server p99" if self.scenario == Scenario.SERVER else "p99"
-        fps = f"{1000.0 / budget:.0f} fps"
-        if p99 <= budget:
-            return BudgetVerdict(
-                GateVerdict.MEETS,
-                f"{which} {p99:.2f} ms is within the {budget:g} ms frame budget ({fps}).",
-            )
-        return BudgetVerdict(
-            GateVerdict.MISSES,
-            f"{which} {p99:.2f} ms is over the {budget:g} ms frame budget ({fps}): "
-            f"{1000.0 / p99:.0f} fps at p99.",
-        )
-
-    def _batch_gate(self, device_class):
-        target, ceiling = device_class.throughput_target_ips, device_class.batch_latency_ceiling_ms
-        if not target:
-            return BudgetVerdict(
-                GateVerdict.UNKNOWN,
-                "The class is a batch class without a throughput target: set one to judge runs.",
-            )
-        throughput, p99 = self.gate_throughput_ips, self.latency_p99_ms
-        misses = []
-        if throughput < target:
-            misses.append(f"throughput {throughput:.1f} img/s is below the {target:g} img/s target")
-        if ceiling and p99 > ceiling:
-            misses.append(f"per-batch p99 {p99:.2f} ms is over the {ceiling:g} ms ceiling")
-        if misses:
-            sentence = "; ".join(misses)
-            sentence = f"{sentence[0].upper()}{sentence[1:]} (batch {self.batch_size})."
-            return BudgetVerdict(GateVerdict.MISSES, sentence)
-        within = f", per-batch p99 {p99:.2f} ms within the {ceiling:g} ms ceiling"
-        within = within if ceiling else ""
-        return BudgetVerdict(
-            GateVerdict.MEETS,
-            f"Throughput {throughput:.1f} img/s meets the {target:g} img/s target "
-            f"at batch {self.batch_size}{within}.",
-        )
-
-    def _with_memory(self, gate, limit_mb):
-        memory = self.peak_memory_mb
-        if not limit_mb or memory is None or memory <= limit_mb:
-            return gate
-        over = f"Peak memory {memory:.0f} MB is over the class's {limit_mb} MB limit."
-        return BudgetVerdict(GateVerdict.MISSES, f"{over} {gate.reason}")
+        """Judge the run against its device class's budget (see benchmarks/gates.py)."""
+        return budget_verdict(self)
 
 
 NO_SAMPLES = (
@@ -696,37 +409,7 @@ class LatencySamples(models.Model):
         if block is None:
             return None
         try:
-            data, count, measured = _sample_fields(block, iterations)
+            data, count, measured = sample_fields(block, iterations)
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise ResultRejected(f"latency_samples refused: {exc}") from None
         return cls(data=data, count=count, measured=measured)
-
-
-def _sample_fields(block, iterations):
-    """Return (bytes, count, measured) of a latency_samples block; raise ValueError if wrong."""
-    if not isinstance(block, dict) or block.get("format") != SAMPLES_FORMAT:
-        raise ValueError(f'it must be an object with "format": "{SAMPLES_FORMAT}"')
-    count, measured = _whole(block, "count"), _whole(block, "measured")
-    if not 1 <= count <= min(measured, SAMPLES_KEPT):
-        raise ValueError(
-            f"count {count} must be 1 to {SAMPLES_KEPT} and at most measured ({measured})"
-        )
-    if measured != iterations:
-        raise ValueError(f"measured {measured} differs from the run's iterations {iterations}")
-    if not isinstance(block.get("data"), str):
-        raise ValueError("data must be a base64 string")
-    data = base64.b64decode(block["data"], validate=True)
-    if len(data) != 4 * count:
-        raise ValueError(f"data holds {len(data)} bytes; {count} float32 samples take {4 * count}")
-    values = np.frombuffer(data, dtype="<f4")
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError("data holds a NaN, infinite or negative latency")
-    return data, count, measured
-
-
-def _whole(block, key):
-    """Return block[key] as a whole number; raise ValueError otherwise."""
-    value = block.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key} must be a whole number, got {value!r}")
-    return value

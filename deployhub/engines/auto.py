@@ -28,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployhub.benchmarks.batches import batch_rule
-from deployhub.benchmarks.models import GateVerdict
+from deployhub.benchmarks.gates import GateVerdict
 from deployhub.conversions.actions import ConversionRefused, converted_version, submit_convert
 from deployhub.engines.actions import (
     BuildRefused,

@@ -15,7 +15,7 @@ as a sentence and the run behind it:
 Each is stated with the neutral types of deployhub/gates.py.
 """
 
-from deployhub.benchmarks.models import GateVerdict
+from deployhub.benchmarks.gates import GateVerdict
 from deployhub.gates import Gate, GateStatus
 from deployhub.parity.gates import parity_gate
 from deployhub.registry.models import latest_per

@@ -11,7 +11,8 @@ from django.db.models import F, Max, Q
 from django.urls import reverse
 
 from deployhub import accuracy
-from deployhub.benchmarks.models import PRECISION_NAMES, WIDE_MARGIN, BenchmarkRun, Scenario
+from deployhub.benchmarks.gates import WIDE_MARGIN
+from deployhub.benchmarks.models import PRECISION_NAMES, BenchmarkRun, Scenario
 from deployhub.devices.models import DeviceClass, ServingPattern
 from deployhub.engines.models import Engine
 from deployhub.evaluation.models import AccuracyRun
