@@ -35,9 +35,9 @@ def race(failing="block"):
     from django.core.files.storage import default_storage
     from django.db import IntegrityError, connection
 
+    from deployhub.core.store import placed
     from deployhub.devices.models import DeviceClass
     from deployhub.jobs.models import Artifact, Job, JobKind
-    from deployhub.registry.uploads import placed
     from deployhub.teams.models import Event, Team
 
     default_storage.delete(NAME)
@@ -101,7 +101,7 @@ def alone_failing_at_commit():
     from django.core.files.storage import default_storage
     from django.db import IntegrityError
 
-    from deployhub.registry.uploads import placed
+    from deployhub.core.store import placed
     from deployhub.teams.models import Event
 
     try:
@@ -120,7 +120,7 @@ def inside_a_transaction():
     from django.core.files.storage import default_storage
     from django.db import DatabaseError, connection, transaction
 
-    from deployhub.registry.uploads import placed
+    from deployhub.core.store import placed
     from deployhub.teams.models import Team
 
     names = ["models/ra/race-outer.onnx", "datasets/ra/race-upload.npz"]

@@ -310,13 +310,13 @@ def test_a_refused_artifact_never_touches_the_stored_file_of_the_same_bytes(
     client, job, make_device, monkeypatch
 ):
     """A stale attempt uploading what the holder stored must not place (then remove) it."""
-    from deployhub.registry import uploads
+    from deployhub.core import store
 
     _, token = make_device()
     call(client, token, f"jobs/{job.pk}/claim", {"attempt": 1})
     Job.objects.filter(pk=job.pk).update(attempt=2)
     placed = []
-    monkeypatch.setattr(uploads, "place", lambda *args, **kw: placed.append(args) or True)
+    monkeypatch.setattr(store, "place", lambda *args, **kw: placed.append(args) or True)
     response = client.post(
         f"/api/v1/jobs/{job.pk}/artifacts",
         {"attempt": 1, "name": "engine.bin", "file": SimpleUploadedFile("e", b"same bytes")},

@@ -8,6 +8,7 @@ Conversions sit above jobs and registry: they queue jobs and store versions.
 import onnx
 from django.conf import settings
 
+from deployhub.core.store import local_copy
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind, JobState
@@ -15,7 +16,7 @@ from deployhub.registry.contract import ContractError, concrete_shapes, validate
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
 from deployhub.registry.tasks import inherited_task
-from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, local_copy, save_version
+from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, save_version
 from workers.convert import CONVERT_OPSET, MIN_OPSET
 
 

@@ -13,7 +13,7 @@ import sys
 
 from django.conf import settings
 
-from deployhub.registry.uploads import local_copy
+from deployhub.core.store import local_copy
 
 
 def artifact_problem(backend, stored_name):

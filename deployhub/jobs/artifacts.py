@@ -2,9 +2,10 @@
 
 from pathlib import Path
 
+from deployhub.core.store import placing
 from deployhub.jobs.actions import JobConflict, check_holder
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.registry.uploads import placing, received
+from deployhub.registry.uploads import received
 
 
 def artifact_path(sha256):

@@ -3,13 +3,14 @@
 import math
 from pathlib import Path
 
+from deployhub.core.store import placed, workspace
 from deployhub.devices.models import Device
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
 from deployhub.parity import packs
 from deployhub.parity.models import ParityRun, pack_upload_path
 from deployhub.registry.archives import check_filename
-from deployhub.registry.uploads import placed, read_in_child, received, workspace
+from deployhub.registry.uploads import read_in_child, received
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
 from workers.parity import PackError, pack_format

@@ -18,10 +18,11 @@ by far more. FP16 and INT8 engines need a golden set with looser tolerances.
 import math
 from pathlib import Path
 
+from deployhub.core.store import placed, workspace
 from deployhub.registry.archives import ZIP_MAGIC, check_filename
 from deployhub.registry.golden_pairs import GoldenError
 from deployhub.registry.models import GoldenFormat, GoldenSet, golden_upload_path
-from deployhub.registry.uploads import head, placed, read_in_child, received, workspace
+from deployhub.registry.uploads import head, read_in_child, received
 from deployhub.teams.models import Event
 from workers import golden as worker_golden
 from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
