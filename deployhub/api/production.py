@@ -19,9 +19,9 @@ from deployhub.api.v1 import Schema, answers
 from deployhub.engines.actions import compatibility, key_for
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.registry.models import Model
-from deployhub.releases.actions import production_of
 from deployhub.releases.evidence import queued_rebuild
 from deployhub.releases.models import Release, ReleaseState
+from deployhub.releases.queries import production_of
 
 router = Router(tags=["releases"])
 

@@ -18,6 +18,7 @@ from deployhub.json_input import length_problem
 from deployhub.registry.models import Model
 from deployhub.releases import evidence, notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review
+from deployhub.releases.queries import approvals, production_of
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
 
@@ -233,20 +234,6 @@ def promote_checks(release):
         f"promote's checks passed: engine #{release.engine_id} valid, release gates open "
         f"or overridden, {count} of the {needed} approval(s) the team requires"
     )
-
-
-def production_of(model, device_class, lock=False):
-    """Return the production release of a model on a device class, or None."""
-    releases = Release.objects.select_for_update() if lock else Release.objects
-    return releases.filter(
-        model=model, device_class=device_class, state=ReleaseState.PRODUCTION
-    ).first()
-
-
-def approvals(release):
-    """Return the distinct reviewers who approved since the release last entered review."""
-    approved = release.current_reviews().filter(decision=Decision.APPROVE)
-    return list({review.reviewer_id: review.reviewer for review in approved}.values())
 
 
 def _approve_when_quorate(release, user):

@@ -18,7 +18,7 @@ from deployhub.engines.preflight import preflight
 from deployhub.gates import GateStatus
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.parity.gates import parity_gate
-from deployhub.releases import actions
+from deployhub.releases.queries import approvals, production_of
 from workers.backends.base import describe_differences, differences
 from workers.backends.known import BACKENDS
 
@@ -191,7 +191,7 @@ def stability_item(engine):
 def production_to_compare(release):
     """Return the production release the candidate is compared with (the one it replaced when it
     is production itself), or None."""
-    current = actions.production_of(release.model, release.device_class)
+    current = production_of(release.model, release.device_class)
     return release.replaced if current is not None and current.pk == release.pk else current
 
 
@@ -348,7 +348,7 @@ def _on_target_step(engine, memory):
 
 
 def _reviews_step(release):
-    count, needed = len(actions.approvals(release)), release.team.approvals_required
+    count, needed = len(approvals(release)), release.team.approvals_required
     status = PASSED if count >= needed else MISSING
     sentence = f"{count} of the {needed} approval(s) the team requires."
     return item(
