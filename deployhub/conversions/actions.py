@@ -18,6 +18,7 @@ from deployhub.registry.models import ModelVersion, VersionFormat
 from deployhub.registry.tasks import inherited_task
 from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, save_version
 from workers.convert import CONVERT_OPSET, MIN_OPSET
+from workers.kinds import EXPORT_ARTIFACT
 
 
 class ConversionRefused(ValueError):
@@ -102,7 +103,9 @@ def converted_version(job):
 
 
 def _exported_artifact(job, result):
-    artifact = job.artifacts.filter(attempt=job.attempt, name=result.get("artifact", "onnx")).last()
+    artifact = job.artifacts.filter(
+        attempt=job.attempt, name=result.get("artifact", EXPORT_ARTIFACT)
+    ).last()
     if artifact is None:
         raise ResultRejected("The export finished without uploading its ONNX file.")
     if result.get("artifact_sha256") not in (None, artifact.sha256):

@@ -26,6 +26,15 @@ from deployhub.teams.models import Event
 from workers.backends.base import compat_key, describe_differences, differences, digest
 from workers.backends.known import BACKENDS
 from workers.errors import JobError
+from workers.kinds import (
+    CALIBRATION_CACHE_ARTIFACT,
+    CALIBRATION_CACHE_INPUT,
+    CALIBRATION_INPUT,
+    ENGINE_ARTIFACT,
+    TIMING_CACHE_ARTIFACT,
+    TIMING_CACHE_INPUT,
+    compared_engine_input,
+)
 
 
 class BuildRefused(ValueError):
@@ -233,24 +242,26 @@ def calibration_cache_for(job, device):
 def calibration_input(job, device=None):
     """A compile job's calibration dataset, when its build calibrates."""
     dataset = calibration_of(job)
-    return {"calibration": FileInput.of(dataset, "calibration.npz")} if dataset else {}
+    return {CALIBRATION_INPUT: FileInput.of(dataset, "calibration.npz")} if dataset else {}
 
 
 def compared_engine_inputs(job, device=None):
     """The engines a compare job times side by side, each as engine-<id>."""
-    return {f"engine-{engine.pk}": EngineInput(engine) for engine in compared_engines(job)}
+    return {
+        compared_engine_input(engine.pk): EngineInput(engine) for engine in compared_engines(job)
+    }
 
 
 def timing_cache_input(job, device=None):
     """The timing cache the device that claimed a compile job starts from, if any."""
     cache = timing_cache_for(job, device) if device is not None else None
-    return {"timing_cache": FileInput.of(cache, "timing.cache")} if cache else {}
+    return {TIMING_CACHE_INPUT: FileInput.of(cache, "timing.cache")} if cache else {}
 
 
 def calibration_cache_input(job, device=None):
     """The calibration cache the device that claimed a compile job starts from, if any."""
     cache = calibration_cache_for(job, device) if device is not None else None
-    return {"calibration_cache": FileInput.of(cache, "calibration.cache")} if cache else {}
+    return {CALIBRATION_CACHE_INPUT: FileInput.of(cache, "calibration.cache")} if cache else {}
 
 
 def _store_calibration_cache(job, fingerprint, result):
@@ -260,7 +271,7 @@ def _store_calibration_cache(job, fingerprint, result):
     if found is None:
         raise ResultRejected("A calibration cache came back from a build that calibrates nothing.")
     key, version = found
-    artifact = _artifact(job, "calibration_cache", result["calibration_cache_sha256"])
+    artifact = _artifact(job, CALIBRATION_CACHE_ARTIFACT, result["calibration_cache_sha256"])
     CalibrationCache.objects.update_or_create(
         key=key,
         device_class=job.device_class,
@@ -287,7 +298,7 @@ def _artifact(job, name, sha256):
 def _store_timing_cache(job, key, result):
     if not result.get("timing_cache_sha256"):
         return
-    artifact = _artifact(job, "timing_cache", result["timing_cache_sha256"])
+    artifact = _artifact(job, TIMING_CACHE_ARTIFACT, result["timing_cache_sha256"])
     TimingCache.objects.update_or_create(
         device_class=job.device_class,
         compat_key=key,
@@ -302,9 +313,8 @@ def record_engine(job, result):
     build_config = canonical_config(backend, params.get("build_config") or {})
     fingerprint = builder_fingerprint(job, backend, build_config, result.get("fingerprint"))
     key, fields = key_for(backend, build_config, fingerprint)
-    artifact = _artifact(
-        job, "engine", result.get("artifact_sha256")
-    )  # the bytes check_engine read
+    # the bytes check_engine read
+    artifact = _artifact(job, ENGINE_ARTIFACT, result.get("artifact_sha256"))
     _store_timing_cache(job, key, result)
     _store_calibration_cache(job, fingerprint, result)
     lookup = {
@@ -354,7 +364,7 @@ def check_engine(job, result):
     if not result.get("artifact_sha256"):
         raise ResultRejected("artifact_sha256 is required: the sha256 of the uploaded engine.")
     backend = job.params["backend"]
-    artifact = _artifact(job, "engine", result["artifact_sha256"])
+    artifact = _artifact(job, ENGINE_ARTIFACT, result["artifact_sha256"])
     if problem := artifact_problem(backend, artifact.file.name):
         raise ResultRejected(f"The uploaded engine is not a {backend} engine: {problem}.")
 

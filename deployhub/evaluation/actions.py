@@ -10,6 +10,7 @@ from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import FileInput
 from deployhub.jobs.models import JobKind
 from deployhub.registry.models import Dataset, GoldenSet
+from workers.kinds import DATASET_INPUT, GOLDEN_INPUT
 
 
 class EvaluationRefused(ValueError):
@@ -70,13 +71,13 @@ def golden_set_of(job):
 def dataset_input(job, device=None):
     """The dataset an evaluate job runs on, when it names one."""
     dataset = dataset_of(job)
-    return {"dataset": FileInput.of(dataset, "dataset.npz")} if dataset else {}
+    return {DATASET_INPUT: FileInput.of(dataset, "dataset.npz")} if dataset else {}
 
 
 def golden_input(job, device=None):
     """The golden set an evaluate job checks its engine on, when it names one."""
     golden = golden_set_of(job)
-    return {"golden": FileInput.of(golden, golden.filename)} if golden else {}
+    return {GOLDEN_INPUT: FileInput.of(golden, golden.filename)} if golden else {}
 
 
 def record_evaluation(job, result):

@@ -9,6 +9,8 @@ job's inputs from these declarations; `complete_job` stores results through them
 
 from dataclasses import dataclass, field
 
+from workers.kinds import ENGINE_INPUT, MODEL_INPUT
+
 
 @dataclass(frozen=True)
 class FileInput:
@@ -118,10 +120,12 @@ def model_input(job, device=None):
     if version is None or not version.file:
         return {}
     return {
-        "model": FileInput(version.file.name, version.sha256, version.size, version.download_name)
+        MODEL_INPUT: FileInput(
+            version.file.name, version.sha256, version.size, version.download_name
+        )
     }
 
 
 def engine_input(job, device=None):
     """The engine the job runs, when it names one."""
-    return {"engine": EngineInput(job.engine)} if job.engine is not None else {}
+    return {ENGINE_INPUT: EngineInput(job.engine)} if job.engine is not None else {}

@@ -9,6 +9,7 @@ from deployhub.choices import ChoiceSet
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import FileInput
 from deployhub.jobs.models import JobState
+from workers.kinds import PARITY_INPUT
 
 
 class ParityVerdict(ChoiceSet):
@@ -182,4 +183,6 @@ def parity_run_of(job):
 def pack_input(job, device=None):
     """A parity job's pack: the zip of images and the tensors the training pipeline made."""
     run = parity_run_of(job)
-    return {"pack": FileInput(run.file.name, run.sha256, run.size, "parity.zip")} if run else {}
+    return (
+        {PARITY_INPUT: FileInput(run.file.name, run.sha256, run.size, "parity.zip")} if run else {}
+    )
