@@ -1,4 +1,4 @@
-"""Bench rows of job dispatch (issue 15, platform speed): the hub against bare Celery.
+"""Bench rows of job dispatch, the platform's own speed: the hub against bare Celery.
 
 The bench sends both, message after message in turn, over the same loopback Redis:
 a no-op hub job (commit → the device worker's claim) and a bare Celery task with the
@@ -25,7 +25,7 @@ from bench.stack import ROOT, RUN_PYTHON, Stack, percentile, setup_fleet_for
 from bench.timed_worker import TIMINGS
 
 MESSAGES, WARMUP = 200, 20
-# Targets (issue 15): the hub's dispatch within these multiples of bare Celery's.
+# Targets: the hub's dispatch within these multiples of bare Celery's.
 P50_RATIO, P99_RATIO = 2, 3
 BARE_WORKER = (
     "-m",

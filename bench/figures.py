@@ -1,4 +1,4 @@
-"""Bench row of the figures (issue 14): the explorer and the model page with 10,000 results.
+"""Bench row of the dashboard's figures: the explorer and the model page with 10,000 results.
 
 Seeds one model with 5 versions over 3 device classes (180 engines), 10,000 benchmark
 runs and 2,000 accuracy runs (tests/figure_results.py), then times the explorer's JSON

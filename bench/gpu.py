@@ -11,7 +11,7 @@ ResNet-50 segfaults on an H200 with torch 2.11) is reported as a classified
 failure and the others are still ranked.
 
 Rows: the best build's speed-up over eager FP32 at each batch size (targets
-from the issue's H200 figures: eager FP32 4.1 ms, FP16 CUDA-graph replay
+from figures measured on an H200: eager FP32 4.1 ms, FP16 CUDA-graph replay
 0.88 ms at batch 1), its top-1 agreement with eager FP32 on random inputs, and
 each build's latency for context. Torch-native candidates are timed on inputs
 already on the GPU; DeployHub's builds are timed through their backends'

@@ -1,4 +1,4 @@
-"""Bench rows of the benchmark harness against a bare timed session.run loop (issue 15).
+"""Bench rows of the benchmark harness against a bare timed session.run loop.
 
 Same session, same feeds, same number of runs. The session runs on one intra-op thread:
 ONNX Runtime's threads wait on each other when another process takes a core, which

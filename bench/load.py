@@ -1,4 +1,4 @@
-"""Bench rows of the hub under load (issue 15): browser-like users and heartbeating devices.
+"""Bench rows of the hub under load: browser-like users and heartbeating devices.
 
 Users are threads, each with a signed-in session of its own (made in the database, as a
 sign-in would leave it: signing in 50 times would time PBKDF2, not the hub). Each one
@@ -37,11 +37,12 @@ THINK_S = (5.0, 15.0)  # between two views of a user, uniformly: a person readin
 UPLOAD_CHANCE = 0.03  # of a view being an upload instead: about one every 7 s over 50 users
 RESULTS, ACCURACIES = 1000, 200
 UPLOAD = ROOT / "deployhub" / "demo" / "assets" / "digits_cnn_v1.onnx"
-# Targets: a page a person waits for within 2 s even at p99 (the issue saw 2 s at p99 with 20
-# users); a heartbeat well inside its 10 s interval and the job lease, 100 ms at p99; the web
-# processes' memory flat over a minute, within 100 MB summed over the gunicorn workers.
+# Targets: a page a person waits for within 2 s even at p99 (make run's hub first measured
+# 2 s at p99 with 20 users); a heartbeat well inside its 10 s interval and the job lease,
+# 100 ms at p99; the web processes' memory flat over a minute, within 100 MB summed over the
+# gunicorn workers.
 PAGE_P99_MS, HEARTBEAT_P99_MS, RSS_GROWTH_MB = 2000, 100, 100
-# make run today (issue 15): p50 400 ms, p99 2 s, the version page p50 1 s, with 20 users.
+# make run as first measured: p50 400 ms, p99 2 s, the version page p50 1 s, with 20 users.
 EMBEDDED_P50_MS, EMBEDDED_P99_MS, EMBEDDED_VERSION_P50_MS = 400, 2000, 1000
 
 
@@ -541,8 +542,8 @@ class Embedded:
 
 
 def bench_load_embedded(env):
-    """Rows: the same load on make run's embedded stack with 20 users (issue 15 saw p50 400 ms,
-    p99 2 s and the version page's p50 1 s there)."""
+    """Rows: the same load on make run's embedded stack with 20 users (first measured there at p50
+    400 ms, p99 2 s and the version page's p50 1 s)."""
     stack = Embedded(env)
     try:
         data = stack.prepare(EMBEDDED_USERS, DEVICES)

@@ -555,8 +555,9 @@ def fastest_rows(subject, run, name, timings):
 def eager_targets(subject, timings):
     """Return the recommended build's speed-up targets over eager torch, per batch size.
 
-    A fixed speed-up depends on the CPU (DESIGN.md): at batch 1 the target is the
-    hand-picked build's own speed-up, within HAND_PICKED_MARGIN, where there is one.
+    A fixed speed-up depends on the CPU (docs/design.md, Decisions in force): at batch 1
+    the target is the hand-picked build's own speed-up, within HAND_PICKED_MARGIN, where
+    there is one.
     """
     if not subject.hand_picked:
         return (1, 1)

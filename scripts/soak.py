@@ -1,4 +1,4 @@
-"""`make soak`: break a private scaled-out DeployHub and count what survives (issue 15, faults).
+"""`make soak`: break a private scaled-out DeployHub and count what survives.
 
 Starts its own PostgreSQL and Redis on spare ports and its own storage folder (a small
 tmpfs when this machine lets us mount one), the hub under gunicorn, the hub worker
@@ -647,7 +647,7 @@ def reap_on_hub_clock(soak, finding):
 
 
 def fault_wrong_call_tokens(soak):
-    """Issue 27: valid tokens sent where they do not belong, from the address the workers
+    """Valid tokens sent where they do not belong, from the address the workers
     share (127.0.0.1, as make run's worker shares it with every local script), were counted
     as made-up ones; the address was locked out and a finished job ran a second time."""
     from django.utils import timezone

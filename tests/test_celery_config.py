@@ -1,4 +1,4 @@
-"""The Celery settings every DeployHub process shares (DESIGN.md, Celery settings)."""
+"""The Celery settings every DeployHub process shares (docs/design.md, Architecture)."""
 
 import json
 from queue import Empty

@@ -1,5 +1,5 @@
-"""Two versions of one model saved at the same moment get the next two numbers (issue 15's load
-bench found the second upload answered 500: both had taken the same number)."""
+"""Two versions of one model saved at the same moment get the next two numbers (make bench's
+load found the second upload answered 500: both had taken the same number)."""
 
 import threading
 

@@ -38,7 +38,7 @@ from workers.tasks import TASKS
 
 WORKERS = 2
 CORPUS_TIMEOUT_S = 1200
-# Models that fail today, each with the issue item whose fix it waits for (none now).
+# Models that fail today, each with the fix it waits for (none now).
 WAITING = {}
 # A comma-separated subset of the corpus to run while working on one model (default: all).
 ONLY = [n for n in os.environ.get("CONFORMANCE_ONLY", "").split(",") if n]

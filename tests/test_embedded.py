@@ -297,7 +297,7 @@ def answers_meanwhile(url):
         thread.join()
 
 
-# ---------------------------------------------------------------- faults mid-job (issue 15)
+# ---------------------------------------------------------------- faults mid-job
 
 LOCAL_WORKER = "-m workers run"
 HUB_WORKER = "deployhub worker"

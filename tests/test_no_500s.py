@@ -1,4 +1,4 @@
-"""Bad input is a clear 400, never a 500 (issue 15, item 3), and /api/v1/ errors are JSON.
+"""Bad input is a clear 400, never a 500, and /api/v1/ errors are JSON.
 
 Each case below answered 500 once: JSON nested 100,000 deep, a body that is not UTF-8,
 a list where a string goes, a job progress that is not a number, NaN, an unknown class

@@ -4,7 +4,7 @@ For 10 minutes that address gets 429 with Retry-After and the JSON error, whatev
 token it presents; other addresses, and callers with a right token elsewhere, are
 not touched. A request without a token is not a guess and is not counted, nor is a
 token the hub knows sent to the wrong call (403): counting those locked make run's
-worker out of the address it shares with every local script (issue 27).
+worker out of the address it shares with every local script.
 """
 
 import logging
@@ -52,7 +52,7 @@ def test_it_locks_an_address_out_after_30_made_up_device_tokens(client, make_dev
     assert [a.status_code for a in answers[:30]] == [401] * 30
     assert answers[30].status_code == 429 and answers[30].json() == {"error": LOCKED}
     # The device's own token on its own calls is still served: a script's made-up tokens on
-    # the worker's address must not cost the worker its heartbeats and its job (issue 27).
+    # the worker's address must not cost the worker its heartbeats and its job.
     assert get(client, "device", right).status_code == 200
     assert post(client, "device/heartbeat", right).status_code == 200
     assert get(client, "device", f"dht_made-up-{99}").status_code == 429
@@ -154,7 +154,7 @@ def post(client, path, token, address=GUESSER):
 def test_it_answers_a_known_token_at_the_wrong_call_403_and_never_counts_it(
     client, alice, make_device
 ):
-    # Issue 27: valid tokens sent where they do not belong locked the worker's address out.
+    # Valid tokens sent where they do not belong once locked the worker's address out.
     _, device_token = make_device("edge-1")
     personal = token_for(alice)["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
     pipeline = token_for(alice, "pipeline")["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
@@ -213,7 +213,7 @@ def finished_once(job_id, worker):
 def test_a_worker_sharing_the_address_of_wrong_calls_finishes_its_job_once(
     live_server, version, device_class, make_device, start_worker, alice
 ):
-    # Issue 27, as reported: make run's worker shares 127.0.0.1 with every local script.
+    # As it was reported: make run's worker shares 127.0.0.1 with every local script.
     device, device_token = make_device()
     worker = start_worker(device, device_token)
     running = submit(version, device_class, alice, JobKind.BENCHMARK, duration_s=3, warmup_s=0.2)

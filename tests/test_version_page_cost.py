@@ -1,5 +1,5 @@
 """The version page costs the same number of queries however many results and engines its
-version has (issue 15's load found it at 965 queries and 2 s with 500 runs), and lists the
+version has (make bench's load once found it at 965 queries and 2 s with 500 runs), and lists the
 latest runs with where to find the rest (make bench times it under load: bench/load.py)."""
 
 import pytest

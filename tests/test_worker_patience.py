@@ -76,7 +76,7 @@ def test_it_delivers_a_result_once_the_hub_answers_again(tmp_path):
 
 
 def test_it_keeps_the_lease_while_a_throttled_completion_is_retried(tmp_path, monkeypatch):
-    # Issue 27: the heartbeats stopped with the work, so a completion the hub throttled for
+    # The heartbeats once stopped with the work, so a completion the hub throttled for
     # longer than a lease found the job re-queued, and it ran a second time.
     monkeypatch.setattr(runner, "HUB_PATIENCE_SECONDS", 10)
     monkeypatch.setattr(runner, "HUB_RETRY_PAUSE_SECONDS", 0.02)

@@ -1,4 +1,5 @@
-"""Figure endpoints of the engine, release and device pages (issue 14, views 2, 3, 4 and 7).
+"""Figure endpoints of the engine, release and device pages: candidate against production,
+batch sweep, latency distribution and fingerprint timeline.
 
 Each answers figures.http.figure_response: the plotly figure and notes saying what to
 run where data is missing. Chosen engines and runs come from the query string

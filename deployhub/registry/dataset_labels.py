@@ -2,7 +2,7 @@
 
 A task is scored with class labels, boxes, masks or strings (or none). This module picks
 the labels an upload holds for the version's task, refuses another task's, checks the
-arrays (spec section 4 of issue 26: labels, label_boxes, label_classes, label_sample,
+arrays (the names README.md's label table gives: labels, label_boxes, label_classes, label_sample,
 label_keypoints, label_masks, label_texts), and says in a line what they hold. Reading
 them from an image zip's files is label_formats.py's. datasets.py reports a LabelError as
 a DatasetError.

@@ -1,4 +1,4 @@
-"""Task-aware evaluation: what a model's outputs mean, and how they are measured (issue 26).
+"""Task-aware evaluation: what a model's outputs mean, and how they are measured.
 
     from workers.tasks import TASKS, Task, TaskError, normalise, propose, DEFAULT_TOLERANCES
 
