@@ -10,9 +10,9 @@ from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST, require_safe
 
-from deployhub import worker_dist
+from deployhub.core import worker_dist
+from deployhub.core.downloads import file_download
 from deployhub.devices.models import Device
-from deployhub.downloads import file_download
 from deployhub.teams.access import as_id, teams_of
 from workers import version
 

@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from deployhub.worker_dist import wheel_url as hub_wheel_url
+from deployhub.core.worker_dist import wheel_url as hub_wheel_url
 from tests.conftest import run_python
 
 # What of .venv's site-packages the new environment must not see.

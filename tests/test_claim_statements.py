@@ -184,7 +184,7 @@ def test_with_prepared_statements_off_a_claim_is_granted_and_nothing_is_prepared
 def test_a_prepared_statements_database_error_is_djangos_so_an_outage_is_a_503():
     from django.db import ProgrammingError, connection
 
-    from deployhub.handwritten import prepared_cursor
+    from deployhub.core.handwritten import prepared_cursor
 
     with pytest.raises(ProgrammingError, match="no_such_table"):
         with prepared_cursor(connection) as cursor:

@@ -2,7 +2,7 @@
 
 from plotly.offline import get_plotlyjs
 
-from deployhub.figure_style import PRECISION_COLOURS, SYMBOLS, marker_symbol, precision_colour
+from deployhub.core.figure_style import PRECISION_COLOURS, SYMBOLS, marker_symbol, precision_colour
 from workers.backends.known import BACKENDS
 
 

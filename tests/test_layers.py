@@ -99,11 +99,11 @@ def test_an_import_from_a_test_file_is_found(tmp_path):
 def test_the_client_importing_the_hub_breaks_its_contract(tmp_path):
     copy_of_the_code(tmp_path)
     (tmp_path / "deployhub_client" / "leak.py").write_text(
-        "import deployhub.choices  # noqa: F401\nimport django.conf  # noqa: F401\n"
+        "import deployhub.core.choices  # noqa: F401\nimport django.conf  # noqa: F401\n"
     )
 
     completed = lint_imports(tmp_path)
 
     assert completed.returncode != 0
-    assert "deployhub_client.leak -> deployhub.choices (l.1)" in completed.stdout
+    assert "deployhub_client.leak -> deployhub.core.choices (l.1)" in completed.stdout
     assert "deployhub_client.leak -> django (l.2)" in completed.stdout

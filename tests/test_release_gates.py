@@ -3,11 +3,11 @@
 import pytest
 
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.core.gates import gates_open
 from deployhub.devices.models import DeviceClass
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import Engine
 from deployhub.evaluation.models import GoldenRun
-from deployhub.gates import gates_open
 from deployhub.jobs.models import JobKind
 from deployhub.registry.models import GoldenSet
 from tests.auto_builds import engine_of, job_of

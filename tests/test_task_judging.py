@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from deployhub import accuracy
+from deployhub.core import accuracy
 from deployhub.devices.forms import DeviceClassEditForm
 from deployhub.engines import auto
 from deployhub.engines.gates import accuracy_gate

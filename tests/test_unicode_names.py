@@ -12,7 +12,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils.http import parse_header_parameters
 
-from deployhub.downloads import content_disposition
+from deployhub.core.downloads import content_disposition
 from deployhub.registry.models import Dataset, Model, ModelVersion
 from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD

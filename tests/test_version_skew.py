@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from deployhub.core.worker_dist import wheel_url
 from deployhub.jobs.models import JobState
-from deployhub.worker_dist import wheel_url
 from tests.conftest import PASSWORD, ROOT, run_python
 from workers.version import OLDEST_PROTOCOL, PROTOCOL, user_agent, worker_version
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 from django.test import Client
 
-from deployhub import worker_dist
+from deployhub.core import worker_dist
 from tests.conftest import ROOT
 from tests.installed_worker import installed_worker, run
 from workers.version import worker_version
@@ -98,7 +98,7 @@ def test_concurrent_first_requests_build_the_wheel_once(own_var, monkeypatch):
 COUNT_BUILDS = """
 import django
 django.setup()
-from deployhub import worker_dist
+from deployhub.core import worker_dist
 builds = []
 build = worker_dist._build
 worker_dist._build = lambda *args: builds.append(1) or build(*args)

@@ -15,7 +15,7 @@ from django.http import JsonResponse, RawPostDataException
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from deployhub import json_input, worker_dist
+from deployhub.core import json_input, worker_dist
 from deployhub.devices.enrolment import revoked_refusal
 from deployhub.devices.models import TOKEN_PREFIX as DEVICE_TOKEN_PREFIX
 from deployhub.devices.models import Device
@@ -53,7 +53,7 @@ def json_body(request, scrub=False):
     """Return the request's JSON body as a dict ({} when empty); raise BadInput (400) otherwise.
 
     The body must be UTF-8 JSON, an object nested at most json_input.MAX_DEPTH levels, with
-    finite numbers only and text PostgreSQL can store (deployhub/json_input.py). A device's
+    finite numbers only and text PostgreSQL can store (deployhub/core/json_input.py). A device's
     calls scrub that text instead (NUL as U+FFFD): a build log is never refused for a byte.
     """
     try:

@@ -16,7 +16,6 @@ from ninja import Field, File, Form, Router, Status, UploadedFile
 from ninja.pagination import paginate
 from pydantic import WithJsonSchema
 
-from deployhub import json_input
 from deployhub.api.auth import BadInput, Conflict, field_length, text
 from deployhub.api.v1 import ERRORS, PIPELINES, Error, Listed, Page, Schema, Strict, answers
 from deployhub.conversions.actions import (
@@ -25,7 +24,8 @@ from deployhub.conversions.actions import (
     submit_convert,
     submit_export,
 )
-from deployhub.downloads import file_download
+from deployhub.core import json_input
+from deployhub.core.downloads import file_download
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.edits import TAG_CHARS, describe_model, edit_notes
 from deployhub.registry.golden import create_golden_set

@@ -17,9 +17,9 @@ from deployhub.api.auth import BadInput
 from deployhub.api.fields import Name, RequiredName
 from deployhub.api.protocol import reported_fingerprint
 from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers
+from deployhub.core.downloads import file_download
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import revoke_device, set_draining
-from deployhub.downloads import file_download
 from deployhub.engines import signing
 from deployhub.engines.access import engines_for_user, get_engine_for_user
 from deployhub.engines.actions import (

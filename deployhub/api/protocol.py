@@ -23,15 +23,15 @@ from deployhub.api.auth import (
     plain_device_call,
     text,
 )
+from deployhub.core.downloads import file_download
+from deployhub.core.json_input import size_problem
 from deployhub.devices.models import Delivery
-from deployhub.downloads import file_download
 from deployhub.engines import signing
 from deployhub.engines.actions import compatibility, record_fingerprint, serving_refusal
 from deployhub.engines.models import Engine
 from deployhub.jobs import actions, kinds, waiting
 from deployhub.jobs.artifacts import store_artifact
 from deployhub.jobs.models import Artifact, Job, JobState
-from deployhub.json_input import size_problem
 from workers.fingerprint import shape_problem
 
 

@@ -8,9 +8,9 @@ from collections import defaultdict
 import plotly.graph_objects as go
 
 from deployhub.benchmarks.models import engine_precision
+from deployhub.core.figure_style import LAYOUT as STYLE_LAYOUT
+from deployhub.core.figure_style import marker_symbol, precision_colour
 from deployhub.devices.models import ServingPattern
-from deployhub.figure_style import LAYOUT as STYLE_LAYOUT
-from deployhub.figure_style import marker_symbol, precision_colour
 
 LAYOUT = {**STYLE_LAYOUT, "height": 420}
 

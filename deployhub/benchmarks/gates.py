@@ -10,7 +10,7 @@ states the verdict as a Gate.
 from dataclasses import dataclass
 
 from deployhub.benchmarks.scenarios import Scenario
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 from deployhub.devices.models import ServingPattern
 
 # An unstable run still meets a gate it meets by this factor (see budget_verdict).
@@ -51,7 +51,6 @@ class BudgetVerdict:
         return GateVerdict.color(self.verdict)
 
 
-
 def budget_verdict(run):
     """Judge a benchmark run against its device class; the serving pattern picks what decides.
 
@@ -68,6 +67,7 @@ def budget_verdict(run):
         gate = _unstable(run, gate, device_class)
     return _with_memory(run, gate, device_class.memory_limit_mb)
 
+
 def _unstable(run, gate, device_class):
     reasons = "; ".join(run.stability_reasons) or "the worker flagged it"
     if gate.verdict == GateVerdict.MEETS and _wide_margin(run, device_class):
@@ -81,6 +81,7 @@ def _unstable(run, gate, device_class):
         f"The measurement is unstable ({reasons}): measure again before trusting it.",
     )
 
+
 def _wide_margin(run, device_class):
     if device_class.serving_pattern != ServingPattern.BATCH:
         return run.gate_p99_ms * WIDE_MARGIN <= device_class.frame_budget_ms
@@ -88,6 +89,7 @@ def _wide_margin(run, device_class):
     return run.gate_throughput_ips >= WIDE_MARGIN * device_class.throughput_target_ips and (
         not ceiling or run.latency_p99_ms * WIDE_MARGIN <= ceiling
     )
+
 
 def _realtime_gate(run, device_class):
     budget = device_class.frame_budget_ms
@@ -109,6 +111,7 @@ def _realtime_gate(run, device_class):
         f"{which} {p99:.2f} ms is over the {budget:g} ms frame budget ({fps}): "
         f"{1000.0 / p99:.0f} fps at p99.",
     )
+
 
 def _batch_gate(run, device_class):
     target, ceiling = device_class.throughput_target_ips, device_class.batch_latency_ceiling_ms
@@ -134,6 +137,7 @@ def _batch_gate(run, device_class):
         f"Throughput {throughput:.1f} img/s meets the {target:g} img/s target "
         f"at batch {run.batch_size}{within}.",
     )
+
 
 def _with_memory(run, gate, limit_mb):
     memory = run.peak_memory_mb

@@ -16,7 +16,7 @@ from django.urls import get_script_prefix, reverse
 from deployhub.benchmarks.gates import budget_verdict
 from deployhub.benchmarks.results import run_fields, sample_fields
 from deployhub.benchmarks.scenarios import Scenario
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 from deployhub.jobs.errors import ResultRejected
 
 

@@ -15,8 +15,8 @@ from plotly.offline import get_plotlyjs
 from deployhub.benchmarks.charts import model_figures
 from deployhub.benchmarks.exports import export_tables
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.core.figure_style import PLOT_CONFIG
 from deployhub.evaluation.models import AccuracyRun
-from deployhub.figure_style import PLOT_CONFIG
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """The scenarios a benchmark measures under (read by the model, the parsing and the gate)."""
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 
 
 class Scenario(ChoiceSet):

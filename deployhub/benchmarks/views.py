@@ -20,7 +20,7 @@ from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import flag_int8_slowdowns_in_version
 from deployhub.benchmarks.pages import results_part
 from deployhub.benchmarks.reports import model_report as build_report
-from deployhub.downloads import content_disposition
+from deployhub.core.downloads import content_disposition
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from deployhub import worker_dist
+from deployhub.core import worker_dist
 from deployhub.devices.models import Delivery, Device, EnrolmentToken, hash_token
 from deployhub.devices.signals import device_revoked
 from deployhub.teams.models import Event

@@ -1,7 +1,7 @@
 from django import forms
 from django.conf import settings
 
-from deployhub import accuracy, json_input
+from deployhub.core import accuracy, json_input
 from deployhub.devices.models import DeviceClass, ServingPattern
 
 GATE_FIELDS = [

@@ -10,9 +10,9 @@ from django.db import connection, models
 from django.urls import reverse
 from django.utils import timezone
 
-from deployhub import accuracy, worker_dist
-from deployhub.choices import ChoiceSet
-from deployhub.handwritten import Columns, split
+from deployhub.core import accuracy, worker_dist
+from deployhub.core.choices import ChoiceSet
+from deployhub.core.handwritten import Columns, split
 from deployhub.teams.models import TokenFailures
 
 TOKEN_PREFIX = "dht_"
@@ -107,7 +107,7 @@ class DeviceClass(models.Model):
         return [self, *self.trusts_builds_of.all()]
 
     def tolerance_for(self, task):
-        """Return this class's accuracy tolerance for a task (deployhub/accuracy.py)."""
+        """Return this class's accuracy tolerance for a task (deployhub/core/accuracy.py)."""
         return accuracy.tolerance_for(task, self.accuracy_tolerance, self.task_tolerances)
 
     @property
@@ -188,7 +188,7 @@ class DeviceManager(models.Manager.from_queryset(DeviceQuerySet)):
         device.token_lockout is when the token lockout of the caller's address ends
         (None when it is not locked out, or no address is given): one statement answers
         both. Every device call runs it; the ORM took eight times as long to compile it
-        as the database to run it (deployhub/handwritten.py).
+        as the database to run it (deployhub/core/handwritten.py).
         """
         if not token or not token.startswith(TOKEN_PREFIX):
             return None

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub import accuracy, worker_dist
+from deployhub.core import accuracy, worker_dist
 from deployhub.devices.access import (
     get_device_class_for_user,
     get_device_for_user,

@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
 
+from deployhub.core.json_input import tail
 from deployhub.engines.inspection import artifact_problem
 from deployhub.engines.models import CalibrationCache, Engine, EngineStatus, TimingCache
 from deployhub.engines.preflight import quantised_source
@@ -20,7 +21,6 @@ from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import EngineInput, FileInput
 from deployhub.jobs.models import JobKind
-from deployhub.json_input import tail
 from deployhub.registry.models import Dataset
 from deployhub.teams.models import Event
 from workers.backends.base import compat_key, describe_differences, differences, digest

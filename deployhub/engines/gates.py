@@ -12,11 +12,11 @@ as a sentence and the run behind it:
 - performance: the engine's latest benchmark on its class meets the class's
   gate, as its serving pattern defines it (BenchmarkRun.gate).
 
-Each is stated with the neutral types of deployhub/gates.py.
+Each is stated with the neutral types of deployhub/core/gates.py.
 """
 
 from deployhub.benchmarks.gates import GateVerdict
-from deployhub.gates import Gate, GateStatus
+from deployhub.core.gates import Gate, GateStatus
 from deployhub.parity.gates import parity_gate
 from deployhub.registry.models import latest_per
 

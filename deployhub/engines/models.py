@@ -7,8 +7,8 @@ from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils.functional import cached_property
 
-from deployhub import accuracy
-from deployhub.choices import ChoiceSet
+from deployhub.core import accuracy
+from deployhub.core.choices import ChoiceSet
 from deployhub.jobs.models import JobState
 
 
@@ -336,7 +336,7 @@ class AutoRun(models.Model):
 
     @property
     def tolerance_text(self):
-        """The class's tolerance for the version's task, in words (deployhub/accuracy.py)."""
+        """The class's tolerance for the version's task, in words (deployhub/core/accuracy.py)."""
         return accuracy.describe_tolerance(self.task, self.device_class.tolerance_for(self.task))
 
     @property

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_POST
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.forms import BenchmarkForm
 from deployhub.benchmarks.models import flag_int8_slowdowns, flag_int8_slowdowns_in_version
+from deployhub.core.gates import gates_open
 from deployhub.devices.access import team_class
 from deployhub.engines import auto
 from deployhub.engines.access import get_auto_run_for_user, get_engine_for_user
@@ -21,7 +22,6 @@ from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.gates import release_gates
 from deployhub.engines.pages import engine_context
 from deployhub.evaluation.actions import EvaluationRefused, request_evaluation
-from deployhub.gates import gates_open
 from deployhub.jobs.backlog import no_device_notice
 from deployhub.jobs.models import JobState
 from deployhub.registry.access import get_version_for_user

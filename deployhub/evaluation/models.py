@@ -7,7 +7,7 @@ come from one evaluate job (deployhub/evaluation/actions.py).
 
 from django.db import models
 
-from deployhub import accuracy
+from deployhub.core import accuracy
 from deployhub.jobs.errors import ResultRejected
 from deployhub.registry.models import Dataset, GoldenSet
 

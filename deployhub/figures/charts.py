@@ -1,6 +1,6 @@
 """The plotly figures of the dashboard, built from points (deployhub/figures/points.py).
 
-Every figure speaks deployhub/figure_style.py: a colour per precision, a symbol per
+Every figure speaks deployhub/core/figure_style.py: a colour per precision, a symbol per
 backend, hollow for an unstable measurement. Each engine's point carries its page's
 URL in customdata, which static/js/figures.js opens on a click.
 """
@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import plotly.io as pio
 
-from deployhub.figure_style import (
+from deployhub.core.figure_style import (
     BUDGET_COLOUR,
     FRONTIER_COLOUR,
     LAYOUT,

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deployhub.benchmarks.models import NO_SAMPLES
-from deployhub.figure_style import LAYOUT, marker_symbol, plain, precision_colour
+from deployhub.core.figure_style import LAYOUT, marker_symbol, plain, precision_colour
 from deployhub.figures.distribution import cdf_points, percentile_marks, samples_of
 from deployhub.releases.evidence import (
     comparison_item,

@@ -10,8 +10,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deployhub.benchmarks.models import NO_SAMPLES, BenchmarkRun, LatencySamples, Scenario
+from deployhub.core.figure_style import (
+    BUDGET_COLOUR,
+    LAYOUT,
+    marker_symbol,
+    plain,
+    precision_colour,
+)
 from deployhub.devices.models import ServingPattern
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, plain, precision_colour
 
 # At most this many runs on one figure: more is unreadable.
 MAX_RUNS = 8

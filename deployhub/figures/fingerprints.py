@@ -12,9 +12,15 @@ from collections import defaultdict
 import plotly.graph_objects as go
 
 from deployhub.benchmarks.models import engine_precision
+from deployhub.core.figure_style import (
+    BUDGET_COLOUR,
+    LAYOUT,
+    marker_symbol,
+    plain,
+    precision_colour,
+)
 from deployhub.devices.models import FingerprintChange
 from deployhub.engines.models import Engine
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, plain, precision_colour
 from deployhub.teams.models import Event
 
 CHANGE_COLOUR = "#444444"

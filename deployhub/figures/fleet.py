@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from deployhub.core.figure_style import LAYOUT
 from deployhub.engines.models import Engine
-from deployhub.figure_style import LAYOUT
 from deployhub.figures.points import load_points
 
 OUTSIDE = "✕"

@@ -14,7 +14,7 @@ from django.http import HttpResponse
 from django.views.decorators.http import condition
 from plotly.offline import get_plotlyjs
 
-from deployhub.figure_style import PLOT_CONFIG
+from deployhub.core.figure_style import PLOT_CONFIG
 
 
 def figure_response(figure, notes=()):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from django.db.models import F, Max, Q
 from django.urls import reverse
 
-from deployhub import accuracy
 from deployhub.benchmarks.gates import WIDE_MARGIN
 from deployhub.benchmarks.models import PRECISION_NAMES, BenchmarkRun, Scenario
+from deployhub.core import accuracy
 from deployhub.devices.models import DeviceClass, ServingPattern
 from deployhub.engines.models import Engine
 from deployhub.evaluation.models import AccuracyRun
@@ -182,7 +182,7 @@ class Point(accuracy.LabelledFigures):
 
     def within_tolerance(self):
         """Whether the latest evaluation is within the class's tolerance for its task, as
-        AccuracyRun.tolerance_breach says (deployhub/accuracy.py)."""
+        AccuracyRun.tolerance_breach says (deployhub/core/accuracy.py)."""
         if self.accuracy is None:
             return False
         return not accuracy.breach(

@@ -1,7 +1,7 @@
 """Batch sweep (issue 14, view 3): throughput and per-batch latency against batch size.
 
 From the sweeps chosen engines' runs stored (BenchmarkRun.batch_sweep), in the
-visual language of deployhub/figure_style.py, as the HTML report's sweep figure.
+visual language of deployhub/core/figure_style.py, as the HTML report's sweep figure.
 The budget is the class's: a real-time class's frame budget on the latency plot, a
 batch class's per-batch ceiling there and its throughput target on the throughput plot.
 """
@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deployhub.benchmarks.models import BenchmarkRun
+from deployhub.core.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, precision_colour
 from deployhub.devices.models import ServingPattern
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, marker_symbol, precision_colour
 from deployhub.figures.distribution import MAX_RUNS, run_label, run_link
 
 NO_SWEEP = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from django.http import QueryDict
 
-from deployhub import accuracy
+from deployhub.core import accuracy
 from deployhub.engines.models import Engine
 from deployhub.figures.pareto import pareto_front
 from deployhub.figures.points import load_points

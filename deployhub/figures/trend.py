@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from deployhub.core.figure_style import BUDGET_COLOUR, LAYOUT, SYMBOLS
 from deployhub.engines.models import Engine
-from deployhub.figure_style import BUDGET_COLOUR, LAYOUT, SYMBOLS
 from deployhub.figures.points import load_points
 
 DEFAULT_REGRESSION = 5.0

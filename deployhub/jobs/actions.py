@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import NotSupportedError, connection, transaction
 from django.utils import timezone
 
+from deployhub.core.json_input import tail
 from deployhub.devices.models import DeviceClass
 from deployhub.jobs import kinds, waiting
 from deployhub.jobs.errors import JobConflict, ResultRejected, StaleAttempt, WrongDevice
@@ -22,7 +23,6 @@ from deployhub.jobs.models import (
     JobKind,
     JobState,
 )
-from deployhub.json_input import tail
 from deployhub.teams.models import Event
 from deployhub.teams.webhooks import announce_on_commit
 

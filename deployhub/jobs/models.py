@@ -8,9 +8,9 @@ from django.db import connection, models
 from django.urls import reverse
 from django.utils import timezone
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
+from deployhub.core.handwritten import Columns, prepared_cursor
 from deployhub.devices.models import TOKEN_PREFIX, hash_token, token_lookup
-from deployhub.handwritten import Columns, prepared_cursor
 from deployhub.teams.models import Event, Webhook
 from workers import kinds
 
@@ -78,7 +78,7 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):
 
         Its start (kept from an earlier attempt) is the database's time of the moment the
         row is taken. Every job's dispatch waits on this statement, and the ORM took longer
-        to compile it than the database to run it (deployhub/handwritten.py).
+        to compile it than the database to run it (deployhub/core/handwritten.py).
         """
         return _claim_statement().take(connection, job_id, device, attempt, lease_expires_at)
 
@@ -100,7 +100,7 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):
         is not locked out, and the job can be claimed as take() says. Only PostgreSQL returns
         the joined rows' columns: elsewhere this is always None, and the caller authenticates
         the device first, then calls take(), whose refusal says why. There it runs as a prepared
-        statement (deployhub/handwritten.py): PostgreSQL took longer to plan it than to run it.
+        statement (deployhub/core/handwritten.py): PostgreSQL took longer to plan it than to run it.
         """
         if connection.vendor != "postgresql" or not token.startswith(TOKEN_PREFIX):
             return None

@@ -1,4 +1,4 @@
-"""The preprocessing-parity release gate of a version (the gate types: deployhub/gates.py).
+"""The preprocessing-parity release gate of a version (the gate types: deployhub/core/gates.py).
 
 The preprocessing-parity gate: a version passes when its latest completed
 parity run passed, that is when the version's preprocessing spec, run by the
@@ -7,7 +7,7 @@ model. It fails when that run found a mismatch, and is missing when no parity
 run has completed.
 """
 
-from deployhub.gates import Gate, GateStatus
+from deployhub.core.gates import Gate, GateStatus
 from deployhub.jobs.models import JobState
 
 

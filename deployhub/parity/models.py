@@ -5,7 +5,7 @@ import math
 from django.conf import settings
 from django.db import models
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.kinds import FileInput
 from deployhub.jobs.models import JobState

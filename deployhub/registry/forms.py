@@ -6,7 +6,7 @@ from django import forms
 from django.conf import settings
 from django.db.models import Q
 
-from deployhub import json_input
+from deployhub.core import json_input
 from deployhub.devices.models import DeviceClass
 from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.edits import TAG_CHARS, tidy_tags
@@ -33,7 +33,7 @@ def team_classes(team):
 
 class PrettyJSONField(forms.JSONField):
     """A JSON textarea that shows its value indented, and reads it as the API does: finite
-    numbers, bounded nesting, text PostgreSQL can store (deployhub/json_input.py)."""
+    numbers, bounded nesting, text PostgreSQL can store (deployhub/core/json_input.py)."""
 
     def to_python(self, value):
         if isinstance(value, str) and value.strip():

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 
 
 class VersionFormat(ChoiceSet):

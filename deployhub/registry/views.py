@@ -7,7 +7,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.downloads import file_download
+from deployhub.core.downloads import file_download
 from deployhub.registry.access import get_model_for_user, get_version_for_user
 from deployhub.registry.datasets import DatasetError
 from deployhub.registry.edits import edit_notes

@@ -12,9 +12,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from deployhub.core.json_input import length_problem
 from deployhub.engines.gates import release_gates
 from deployhub.engines.models import EngineStatus
-from deployhub.json_input import length_problem
 from deployhub.registry.models import Model
 from deployhub.releases import evidence, notify
 from deployhub.releases.models import Decision, GateOverride, Release, ReleaseState, Review

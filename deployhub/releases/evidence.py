@@ -10,12 +10,12 @@ Every status is a GateStatus value; a link is a URL path to the run behind it.
 from django.urls import reverse
 from django.utils import timezone
 
-from deployhub import accuracy
+from deployhub.core import accuracy
+from deployhub.core.gates import GateStatus
 from deployhub.engines.actions import compatibility, key_for
 from deployhub.engines.gates import accuracy_gate, performance_gate, release_gates
 from deployhub.engines.models import Engine, EngineStatus
 from deployhub.engines.preflight import preflight
-from deployhub.gates import GateStatus
 from deployhub.jobs.models import Job, JobKind, JobState
 from deployhub.parity.gates import parity_gate
 from deployhub.releases.queries import approvals, production_of

@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 
 
 class ReleaseState(ChoiceSet):

@@ -6,8 +6,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from deployhub.core.gates import GateStatus
 from deployhub.engines.access import get_engine_for_user
-from deployhub.gates import GateStatus
 from deployhub.releases import actions
 from deployhub.releases.access import get_release_for_user
 from deployhub.releases.forms import OverrideForm, ProposeForm, ReviewForm, RollbackForm

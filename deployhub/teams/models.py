@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 from deployhub.teams.addresses import BlockedAddress, check_literal_host
 from deployhub.teams.webhook_url import read_webhook_url
 

@@ -8,7 +8,7 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from deployhub.downloads import content_disposition
+from deployhub.core.downloads import content_disposition
 from deployhub.teams import webhooks
 from deployhub.teams.access import current_team, require_role, teams_of
 from deployhub.teams.audit import PAGE_SIZE, events_csv, filtered_events

@@ -8,7 +8,7 @@ read every gate the same way. This module imports no app.
 
 from dataclasses import dataclass
 
-from deployhub.choices import ChoiceSet
+from deployhub.core.choices import ChoiceSet
 
 
 class GateStatus(ChoiceSet):
