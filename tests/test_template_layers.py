@@ -1,9 +1,8 @@
-"""Templates keep the layers too: an app's templates name no higher app's URL or tag library.
-A higher app draws on a lower app's page through the page's contributed sections
-(deployhub/sections.py and the apps' pages.py), as its code does through imports.
-
-Includes of another app's partials are listed, not yet refused: the results tables and
-job lists are shared across apps' pages (see KNOWN_INCLUDES).
+"""Templates keep the layers too: an app's templates name no higher app's URL, tag library
+or template. A higher app draws on a lower app's page through the page's contributed
+sections (deployhub/sections.py), as its code does through imports; a partial several
+apps draw lives with the app that owns its data, or at the top of templates/ when it
+belongs to none.
 """
 
 import re
@@ -19,15 +18,9 @@ LOAD = re.compile(r"{%\s*load\s+([\w\s]+?)\s*%}")
 TEMPLATE = re.compile(r"{%\s*(?:include|extends)\s+['\"]([\w-]+)/")
 
 
-# Partials of a higher app that a lower app's template includes today (moving them is open).
-KNOWN_INCLUDES = {
-    ("report.html", "template engines/"),
-    ("class_detail.html", "template engines/"),
-    ("class_detail.html", "template jobs/"),
-    ("device_detail.html", "template jobs/"),
-    ("_results.html", "template engines/"),
-    ("_results.html", "template benchmarks/"),
-}
+# Partials of a higher app that a lower app's template may include: none (a page that needs
+# one takes it as a contributed section).
+KNOWN_INCLUDES = set()
 
 
 def ranks():

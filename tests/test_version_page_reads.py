@@ -2,6 +2,8 @@
 page is drawn is either shown unfinished and watched (data-live: the page reloads when it
 ends) or shown finished with what it added, never finished-but-missing."""
 
+from dataclasses import replace
+
 import pytest
 
 from deployhub.jobs.actions import claim_job, complete_job, submit_job
@@ -24,8 +26,10 @@ def test_a_job_that_ends_while_any_other_part_is_read_is_watched(
     )
     device, _ = make_device()
     claim_job(job.pk, device, 1)
-    jobs_part = next(p for p in pages._providers if p.__module__ == "deployhub.jobs.pages")
-    others = [p for p in pages._providers if p is not jobs_part]
+    sections = pages.version_sections
+    providers = [part.provider for part in sections.parts() if part.provider is not None]
+    jobs_part = next(p for p in providers if p.__module__ == "deployhub.jobs.pages")
+    others = [p for p in providers if p is not jobs_part]
 
     def ends_the_job_first(provider):
         def read(version):
@@ -35,8 +39,9 @@ def test_a_job_that_ends_while_any_other_part_is_read_is_watched(
         return read
 
     # Whichever other part reads first, the job ends just before it.
-    monkeypatch.setattr(pages, "_providers", [*pages._providers])
-    pages._providers[pages._providers.index(others[0])] = ends_the_job_first(others[0])
+    first = ends_the_job_first(others[0])
+    parts = [replace(p, provider=first) if p.provider is others[0] else p for p in sections._parts]
+    monkeypatch.setattr(sections, "_parts", parts)
     client.login(username="alice", password=PASSWORD)
     page = client.get(version.get_absolute_url()).content.decode()
 

@@ -10,16 +10,14 @@ class BenchmarksConfig(AppConfig):
         from deployhub.benchmarks.models import BenchmarkRun
         from deployhub.benchmarks.pages import job_part, version_part
         from deployhub.jobs import kinds
-        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
-        from deployhub.registry import pages as version_page
+        from deployhub.jobs.pages import job_sections
+        from deployhub.registry.pages import version_sections
 
         kinds.subscribe(
             JobKind.BENCHMARK,
             record=BenchmarkRun.record,
             inputs=(kinds.engine_input, kinds.model_input),
         )
-        version_page.contribute(
-            version_part, slot="work", template="benchmarks/_version_section.html"
-        )
-        job_page.contribute("benchmarks/_job_result.html", job_part, order=10)
+        version_sections.contribute("benchmarks/_version_section.html", version_part, slot="work")
+        job_sections.contribute("benchmarks/_job_result.html", job_part, order=10)

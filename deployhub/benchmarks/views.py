@@ -31,7 +31,7 @@ from deployhub.teams.models import Role
 def version_results(request, pk):
     """Return the results table alone, so the page can refresh it when a job finishes."""
     version = get_version_for_user(request, pk)
-    return render(request, "registry/_results.html", results_part(version))
+    return render(request, "benchmarks/_results.html", results_part(version))
 
 
 @login_required

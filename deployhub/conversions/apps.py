@@ -10,11 +10,16 @@ class ConversionsConfig(AppConfig):
         from deployhub.conversions import actions, pages, views
         from deployhub.jobs import kinds
         from deployhub.jobs.models import JobKind
-        from deployhub.registry import pages as version_page
+        from deployhub.registry.pages import version_sections
         from deployhub.registry.signals import version_uploaded
 
-        kinds.subscribe(JobKind.EXPORT, record=actions.record_export, inputs=(kinds.model_input,))
+        kinds.subscribe(
+            JobKind.EXPORT,
+            record=actions.record_export,
+            inputs=(kinds.model_input,),
+            reloads_page=True,  # the exported version joins the page's lineage
+        )
         version_uploaded.connect(views.export_uploaded_pt2, dispatch_uid="conversions.export")
-        version_page.contribute(
-            pages.version_part, slot="lineage", template="conversions/_version_forms.html"
+        version_sections.contribute(
+            "conversions/_version_forms.html", pages.version_part, slot="lineage"
         )

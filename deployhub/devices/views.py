@@ -79,7 +79,6 @@ def _class_context(request, device_class, **extra):
             (task, accuracy.describe_tolerance(task, device_class.tolerance_for(task)))
             for task in TASKS
         ],
-        "jobs": device_class.jobs.select_related("model_version__model")[:10],
         "edit_form": DeviceClassEditForm(instance=device_class),
         **_budget_calculator(request, device_class),
         "compare_form": _compare_form(request),
@@ -228,7 +227,6 @@ def device_detail(request, pk):
         "fingerprint": {} if problem else device.fingerprint,
         "fingerprint_problem": problem,
         "changes": device.fingerprint_changes.all()[:50],
-        "jobs": device.jobs.select_related("model_version__model", "device_class")[:10],
         "hub_version": worker_version(),
         "install_worker": worker_dist.install_command(hub_url(request)),
         **device_sections.context(device),

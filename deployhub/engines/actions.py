@@ -307,7 +307,14 @@ def _store_timing_cache(job, key, result):
 
 
 def record_engine(job, result):
-    """Store the engine a compile job built; an identical engine already stored is kept."""
+    """Store the engine a compile job built, and name it on the job: the job page draws the
+    engine's flags from there, and an auto run takes its build from its compile job."""
+    job.engine = _stored_engine(job, result)
+    return job.engine
+
+
+def _stored_engine(job, result):
+    """The engine a compile built, stored now; an identical engine already stored is kept."""
     params = job.params
     backend = params["backend"]
     build_config = canonical_config(backend, params.get("build_config") or {})

@@ -8,9 +8,9 @@ class EnginesConfig(AppConfig):
         """Subscribe to the job kinds engines owns: builds and side-by-side runs."""
         from deployhub.engines import actions, auto, pages
         from deployhub.jobs import kinds
-        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
-        from deployhub.registry import pages as version_page
+        from deployhub.jobs.pages import job_sections
+        from deployhub.registry.pages import version_sections
 
         kinds.subscribe(
             JobKind.COMPILE,
@@ -22,6 +22,7 @@ class EnginesConfig(AppConfig):
                 actions.timing_cache_input,
                 actions.calibration_cache_input,
             ),
+            reloads_page=True,  # the engine joins the page's store, with its flags
         )
         kinds.subscribe(
             JobKind.COMPARE,
@@ -29,9 +30,9 @@ class EnginesConfig(AppConfig):
             inputs=(actions.compared_engine_inputs, kinds.model_input),
         )
         kinds.on_finished(auto.advance_for_job)
-        version_page.contribute(
-            pages.version_part, slot="work", template="engines/_version_section.html"
+        version_sections.contribute(
+            "engines/_version_section.html", pages.version_part, slot="work"
         )
-        job_page.contribute("engines/_job_flags.html", order=20)
-        job_page.contribute("engines/_job_compared.html", pages.job_part, order=40)
+        job_sections.contribute("engines/_job_flags.html", order=20)
+        job_sections.contribute("engines/_job_compared.html", pages.job_part, order=40)
         kinds.on_reap(auto.advance_running)

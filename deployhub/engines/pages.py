@@ -9,6 +9,7 @@ from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import AutoRun, Engine
 from deployhub.engines.preflight import preflight_grid
+from deployhub.sections import Sections
 
 
 def version_part(version):
@@ -51,19 +52,4 @@ def job_part(job):
     return {"compared_in": job.auto_runs_compared.first()}
 
 
-_engine_parts = []
-
-
-def contribute_to_engine_page(template, provider=None):
-    """Draw template on every engine page, below its release gates, with provider(engine)."""
-    if not any(part[0] == template for part in _engine_parts):
-        _engine_parts.append((template, provider))
-
-
-def engine_context(engine):
-    """Return the context the contributed parts read, and the templates to include."""
-    context = {"engine_sections": [template for template, _ in _engine_parts]}
-    for _, provider in _engine_parts:
-        if provider is not None:
-            context.update(provider(engine))
-    return context
+engine_sections = Sections("engine_sections")  # provider(engine), below its release gates

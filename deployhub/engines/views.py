@@ -20,7 +20,7 @@ from deployhub.engines.actions import (
 )
 from deployhub.engines.forms import CompileForm, EvaluateForm
 from deployhub.engines.gates import release_gates
-from deployhub.engines.pages import engine_context
+from deployhub.engines.pages import engine_sections
 from deployhub.evaluation.actions import EvaluationRefused, request_evaluation
 from deployhub.jobs.backlog import no_device_notice
 from deployhub.jobs.models import JobState
@@ -85,7 +85,7 @@ def _engine_page(request, engine, benchmark_form=None, status=200, evaluate_form
         "golden_runs": engine.golden_runs.select_related("golden_set", "job")[:10],
         "gates": (gates := release_gates(engine)),
         "gates_open": gates_open(gates),
-        **engine_context(engine),
+        **engine_sections.context(engine),
     }
     return render(request, "engines/detail.html", context, status=status)
 

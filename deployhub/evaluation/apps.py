@@ -9,8 +9,8 @@ class EvaluationConfig(AppConfig):
         set); draw a golden run on its job's page."""
         from deployhub.evaluation import actions
         from deployhub.jobs import kinds
-        from deployhub.jobs import pages as job_page
         from deployhub.jobs.models import JobKind
+        from deployhub.jobs.pages import job_sections
 
         kinds.subscribe(
             JobKind.EVALUATE,
@@ -21,5 +21,6 @@ class EvaluationConfig(AppConfig):
                 actions.dataset_input,
                 actions.golden_input,
             ),
+            reloads_page=True,  # the golden run or accuracy joins the engine's gates and flags
         )
-        job_page.contribute("evaluation/_job_golden.html", order=30)
+        job_sections.contribute("evaluation/_job_golden.html", order=30)

@@ -1,6 +1,6 @@
 """The model's home on its page: the explorer, each version's best engine per class, exports.
 
-Drawn on the model page through registry.pages.contribute_to_model_page (apps.py).
+Drawn on the model page through registry.pages.model_sections (apps.py).
 The best engine per class comes from the explorer's points (a fixed number of
 queries); only those engines' release gates are read, at most VERSIONS × classes.
 """

@@ -20,7 +20,6 @@ from deployhub.jobs.models import (
     ClaimRefusalReason,
     ClaimRefusals,
     Job,
-    JobKind,
     JobState,
 )
 from deployhub.teams.models import Event
@@ -365,11 +364,9 @@ def _store_result(job, result):
     """Store the result of a succeeded attempt; a rejected result fails the job instead."""
     try:
         with transaction.atomic():
-            stored = kinds.record(job, result)
+            kinds.record(job, result)
     except ResultRejected as exc:
         return JobState.FAILED, str(exc)
-    if job.kind == JobKind.COMPILE:
-        job.engine = stored  # the engine this compile built, or the identical one stored before
     return JobState.SUCCEEDED, ""
 
 

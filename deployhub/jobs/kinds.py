@@ -1,10 +1,12 @@
 """What each job kind means to the hub, declared by the app that owns the kind.
 
 jobs publishes and never imports its consumers: in its AppConfig.ready() an app
-subscribes a kind with what stores its result (`record`) and which files its
-device receives (`inputs`), and may ask to hear of every finished job
-(`on_finished`) or of every reaper pass (`on_reap`). The device API serves a
-job's inputs from these declarations; `complete_job` stores results through them.
+subscribes a kind with what stores its result (`record`), which files its
+device receives (`inputs`) and whether a page watching one of its jobs reloads
+when it ends (`reloads_page`: the result adds more than a results row), and may
+ask to hear of every finished job (`on_finished`) or of every reaper pass
+(`on_reap`). The device API serves a job's inputs from these declarations;
+`complete_job` stores results through them.
 """
 
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ class Subscription:
     record: object = None
     inputs: tuple = ()
     check: object = None
+    reloads_page: bool = False
 
 
 @dataclass
@@ -53,15 +56,26 @@ class _Registry:
 _registry = _Registry()
 
 
-def subscribe(kind, *, record=None, inputs=(), check=None):
+def subscribe(kind, *, record=None, inputs=(), check=None, reloads_page=False):
     """Declare what stores a kind's result and which inputs its device receives (once a kind).
 
     check(job, result), when given, does a kind's slow checks of a result (it may raise
     ResultRejected) before the job's row is locked: nothing waits on the lock meanwhile.
+    reloads_page: a page watching a job of this kind reloads when it ends, to show what
+    the result added (an engine, a version, a gate, a flag); otherwise it only refreshes
+    its results table.
     """
     if kind in _registry.kinds:
         raise ValueError(f"job kind {kind!r} is already subscribed")
-    _registry.kinds[kind] = Subscription(record=record, inputs=tuple(inputs), check=check)
+    _registry.kinds[kind] = Subscription(
+        record=record, inputs=tuple(inputs), check=check, reloads_page=reloads_page
+    )
+
+
+def reloads_page(kind):
+    """True when a page watching a job of this kind reloads as the job ends."""
+    subscription = _registry.kinds.get(kind)
+    return subscription is not None and subscription.reloads_page
 
 
 def on_finished(callback):

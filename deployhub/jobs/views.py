@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from deployhub.jobs import pages
+from deployhub.jobs import kinds, pages
 from deployhub.jobs.access import get_job_for_user
 from deployhub.jobs.actions import JobConflict, cancel_job
 from deployhub.jobs.backlog import no_device_notice
@@ -30,7 +30,7 @@ def jobs_list(request):
 @login_required
 def job_detail(request, pk):
     job = get_job_for_user(request, pk)
-    context = {"job": job, "status": job_status_dict(job), **pages.job_context(job)}
+    context = {"job": job, "status": job_status_dict(job), **pages.job_sections.context(job)}
     return render(request, "jobs/detail.html", context)
 
 
@@ -40,7 +40,7 @@ def job_status_dict(job):
     return {
         "id": job.pk,
         "kind": JobKind.label(job.kind),
-        "kind_value": job.kind,
+        "reloads_page": kinds.reloads_page(job.kind),
         "state": job.state,
         "state_label": JobState.label(job.state),
         "state_color": job.state_color,

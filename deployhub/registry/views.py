@@ -24,7 +24,7 @@ from deployhub.registry.forms import (
 from deployhub.registry.golden import GoldenError, create_golden_set
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import Model
-from deployhub.registry.pages import model_context, models_list_sections, version_page
+from deployhub.registry.pages import model_sections, models_list_sections, version_page
 from deployhub.registry.signals import version_uploaded
 from deployhub.registry.tasks import TaskRefused, declare_task
 from deployhub.registry.uploads import (
@@ -125,7 +125,7 @@ def model_detail(request, pk):
             messages.success(request, f"Uploaded {version}.")
             return redirect(version)
     context = {"model": model, "form": form, "datasets": model.datasets.all()}
-    context.update(model_context(model, request))
+    context.update(model_sections.context(model, request))
     return render(
         request, "registry/model_detail.html", context, status=400 if form.errors else 200
     )

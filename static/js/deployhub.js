@@ -2,7 +2,6 @@
 (function () {
   "use strict";
   const POLL_MS = 500;
-  const RELOAD_KINDS = ["compile", "export", "parity", "evaluate"];
 
   async function fetchJSON(url) {
     const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
@@ -39,12 +38,13 @@
         updateRow(row, status);
         if (status.final) {
           row.removeAttribute("data-live");
-          // A compile, an export, a parity check or an evaluation adds an engine, a version,
-          // a gate or a flag to the page: show it. A row with no state of its own (a parity
-          // run's) is redrawn however its job ended. A benchmark only adds a results row.
+          // A job whose kind's subscription reloads the page (the hub says so in its status)
+          // adds an engine, a version, a gate or a flag: show it. A row with no state of its
+          // own (a parity run's) is redrawn however its job ended. Any other job only adds a
+          // results row.
           const succeeded = status.state === "succeeded";
           const showsState = row.querySelector("[data-field=state]");
-          if (RELOAD_KINDS.includes(status.kind_value) && (succeeded || !showsState)) location.reload();
+          if (status.reloads_page && (succeeded || !showsState)) location.reload();
           else if (succeeded) await refreshResults();
           return;
         }
