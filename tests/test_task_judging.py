@@ -80,7 +80,7 @@ def detector_run(version, device_class):
 
 
 def test_it_recommends_the_fast_detector_build_whose_detections_agree(detector_run):
-    # The detector: bf16 matches the source at F1 1.0 (top-1 over boxes would say 0.03).
+    # A detector whose bf16 build matches the source at F1 1.0 (top-1 over boxes says 0.03).
     measured(detector_run, "fp32", 34.5, evaluate_result("detection", "f1", 1.0))
     measured(detector_run, "bf16", 9.0, evaluate_result("detection", "f1", 0.9995))
     measured(detector_run, "int8", 5.0, evaluate_result("detection", "f1", 0.91))

@@ -219,7 +219,7 @@ def _refuse_token(request, message, other_kind, wrong_call):
     A token that other_kind (the manager of the other kind of token) holds is a mistake, not
     a guess: a device's token at a person's call, a person's or a pipeline's at a device's.
     It gets 403 with `wrong_call` and is never counted: counting those locked make run's
-    worker out of the address it shares with every local script (issue 27).
+    worker out of the address it shares with every local script.
     """
     token = bearer(request)
     if token and other_kind.holds(token):

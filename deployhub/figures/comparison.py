@@ -1,4 +1,4 @@
-"""Candidate against production (issue 14, view 2): latency CDFs, accuracy and memory side by side.
+"""Candidate against production: latency CDFs, accuracy and memory side by side.
 
 The deltas are the evidence pack's (releases.evidence.comparison_item: Δ p99,
 throughput, accuracy, peak memory), so the figure and the pack never disagree; the

@@ -1,4 +1,4 @@
-"""Latency distribution (issue 14, view 4): histogram and empirical CDF of chosen runs, overlaid.
+"""Latency distribution: histogram and empirical CDF of chosen runs, overlaid.
 
 Drawn from the samples each run keeps (BenchmarkRun.samples_ms); the p50/p90/p99
 marks are the run's stored percentiles (taken by the worker from every run, not from

@@ -1,4 +1,4 @@
-"""Fingerprint timeline (issue 14, view 7): each fingerprint change of a device or a class's
+"""Fingerprint timeline: each fingerprint change of a device or a class's
 devices over time, and the engines each change made stale (a click opens the engine).
 
 A change is a devices.FingerprintChange; the engines it made stale are the

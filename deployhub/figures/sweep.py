@@ -1,4 +1,4 @@
-"""Batch sweep (issue 14, view 3): throughput and per-batch latency against batch size.
+"""Batch sweep: throughput and per-batch latency against batch size.
 
 From the sweeps chosen engines' runs stored (BenchmarkRun.batch_sweep), in the
 visual language of deployhub/core/figure_style.py, as the HTML report's sweep figure.
