@@ -26,12 +26,13 @@ from tests.feeds_models import (
     fixed_batch_of_two,
     two_in_two_out,
 )
-from workers import kinds, runner
+from workers import kinds
 from workers.backends import known
 from workers.backends.base import compat_key, digest
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.client import HubClient
 from workers.feeds import model_io_from_onnx
+from workers.jobs import benchmark as benchmark_job
 from workers.runner import run_job
 from workers.selftest import write_tiny_model
 
@@ -259,13 +260,13 @@ def engine_input(
 def benchmark_calls(monkeypatch):
     """Record every benchmark the runner starts (the model path it would load)."""
     calls = []
-    real = runner.benchmark_onnxruntime
+    real = benchmark_job.benchmark_onnxruntime
 
     def recording(model_path, *args, **kwargs):
         calls.append(model_path)
         return real(model_path, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "benchmark_onnxruntime", recording)
+    monkeypatch.setattr(benchmark_job, "benchmark_onnxruntime", recording)
     return calls
 
 
