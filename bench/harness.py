@@ -42,7 +42,7 @@ def bare_loop(run, count):
 
 def sides(session):
     """Return the two sides; each runs RUNS times, returning (CPU s, median s per run)."""
-    from workers.benchmark import benchmark_session, random_inputs
+    from workers.measure.benchmark import benchmark_session, random_inputs
 
     run = partial(session.run, None, random_inputs(session.get_inputs(), 1))
     params = {"warmup_iterations": 0, "iterations": RUNS}

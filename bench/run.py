@@ -404,14 +404,14 @@ def load_hand_picked(subject, work):
 
 def time_side_by_side(runners):
     """Time the runners in turn, round after round, as auto mode's compare job does
-    (workers/side_by_side.py); return each one's best round median in ms.
+    (workers/measure/side_by_side.py); return each one's best round median in ms.
 
     The best round, not all of them: when another process takes one of the cores,
     eager torch's OpenMP threads wait on each other and its runs take 10 to 40 times
     longer (ONNX Runtime's 3 times), so a burst of load elsewhere, not the runtimes,
     would decide the ratios. A round's median still ignores a single slow run.
     """
-    from workers import side_by_side
+    from workers.measure import side_by_side
 
     settings = side_by_side.Settings(
         rounds=TIMING_ROUNDS, duration_s=TIMING_SECONDS, warmup_s=WARMUP_SECONDS

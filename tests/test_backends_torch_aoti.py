@@ -23,9 +23,9 @@ from workers.backends.torch_aoti import (
     input_metas_from_pt2,
     retarget,
 )
-from workers.benchmark import random_inputs
 from workers.errors import JobError
 from workers.export import load_program
+from workers.measure.benchmark import random_inputs
 
 AVX2 = ["sse4_2", "avx", "avx2", "fma"]
 AVX512 = AVX2 + ["avx512f", "avx512bw", "avx512_vnni"]

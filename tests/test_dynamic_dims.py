@@ -19,7 +19,7 @@ from deployhub.registry.models import Model
 from deployhub.registry.uploads import ContractRefused, create_version
 from tests.conftest import job_finished
 from tests.foreign_models import negative_dims_model
-from workers import feeds
+from workers.measure import feeds
 
 CONTRACT = {
     "inputs": {

@@ -31,15 +31,15 @@ from tests.feeds_models import (
     value,
     weight,
 )
-from workers import feeds, side_by_side
 from workers.backends import tensorrt_plan
 from workers.backends.isolate import CompileFailure, run_isolated
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.backends.openvino import OpenVinoBackend
-from workers.benchmark import benchmark_onnxruntime
 from workers.errors import JobError
 from workers.evaluate import evaluate
 from workers.golden import evaluate_golden
+from workers.measure import feeds, side_by_side
+from workers.measure.benchmark import benchmark_onnxruntime
 
 FEW = {"warmup_iterations": 2, "iterations": 10}
 SAMPLES = 5  # odd: a batch of 2 ends with a padded batch

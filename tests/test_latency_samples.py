@@ -11,8 +11,8 @@ from deployhub.jobs.models import Job, JobKind, JobState
 from tests.api_calls import call
 from tests.benchmark_results import NEW_RESULT, record_run, result
 from tests.conftest import wait_until
-from workers.benchmark import benchmark_onnxruntime
-from workers.latency import SAMPLES_KEPT, compact_samples, expand_samples
+from workers.measure.benchmark import benchmark_onnxruntime
+from workers.measure.latency import SAMPLES_KEPT, compact_samples, expand_samples
 
 
 def encoded(ms, measured=None, **changes):

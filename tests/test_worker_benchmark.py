@@ -18,8 +18,9 @@ from tests.benchmark_models import (
     matmul_relu,
     save_model,
 )
-from workers import benchmark
-from workers.benchmark import (
+from workers.errors import Cancelled, JobError
+from workers.measure import benchmark
+from workers.measure.benchmark import (
     PeakRss,
     benchmark_onnxruntime,
     benchmark_session,
@@ -27,7 +28,6 @@ from workers.benchmark import (
     random_inputs,
     read_settings,
 )
-from workers.errors import Cancelled, JobError
 
 FEW = {"warmup_iterations": 2, "iterations": 20}
 SHORT = {"warmup_s": 0.1, "duration_s": 0.2}

@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 
 from tests.benchmark_models import InputMeta, matmul_relu
-from workers import gpu_timing
-from workers.benchmark import benchmark_onnxruntime, benchmark_session
 from workers.errors import JobError
+from workers.measure import gpu_timing
+from workers.measure.benchmark import benchmark_onnxruntime, benchmark_session
 
 FEW = {"warmup_iterations": 2, "iterations": 20}
 MB = 2**20

@@ -10,9 +10,9 @@ from tests.benchmark_models import (
     matmul_chain,
     matmul_relu,
 )
-from workers.benchmark import benchmark_onnxruntime
 from workers.errors import JobError
-from workers.server_scenario import (
+from workers.measure.benchmark import benchmark_onnxruntime
+from workers.measure.server_scenario import (
     PRECISION,
     best_in_budget,
     poisson_arrivals_ns,

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tests.benchmark_models import SleepyTestSession
-from workers.benchmark import benchmark_session
-from workers.latency import stability, window_medians_ms
+from workers.measure.benchmark import benchmark_session
+from workers.measure.latency import stability, window_medians_ms
 
 MS = 1_000_000
 QUICK = {"warmup_iterations": 0, "iterations": 40}

@@ -9,7 +9,7 @@ from pathlib import Path
 WORKERS = Path(__file__).resolve().parent.parent / "workers"
 
 IMPORT_EVERYTHING = (
-    "import workers.cli, workers.runner, workers.app, workers.benchmark, workers.client, "
+    "import workers.cli, workers.runner, workers.app, workers.measure.benchmark, workers.client, "
     "workers.fingerprint, sys; "
     "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), "
     "sorted(m for m in sys.modules if m.startswith('django'))"

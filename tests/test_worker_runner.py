@@ -31,8 +31,8 @@ from workers.backends import known
 from workers.backends.base import compat_key, digest
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.client import HubClient
-from workers.feeds import model_io_from_onnx
 from workers.jobs import benchmark as benchmark_job
+from workers.measure.feeds import model_io_from_onnx
 from workers.runner import run_job
 from workers.selftest import write_tiny_model
 

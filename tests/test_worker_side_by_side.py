@@ -4,8 +4,8 @@ import onnxruntime
 import pytest
 
 from tests.benchmark_models import matmul_chain
-from workers import side_by_side
 from workers.errors import Cancelled, JobError
+from workers.measure import side_by_side
 
 QUICK = {"rounds": 4, "duration_s": 0.4, "warmup_s": 0.05}
 

@@ -13,9 +13,9 @@ import pytest
 from onnx import numpy_helper
 
 from tests.feeds_models import FLOAT, node, save, value
-from workers import feeds
 from workers.errors import JobError
 from workers.evaluate import evaluate
+from workers.measure import feeds
 
 SIZE, CELL, CLASSES = 80, 8, 3
 GRID = SIZE // CELL

@@ -18,7 +18,7 @@ import numpy as np
 from workers.backends.isolate import CompileFailure
 from workers.errors import JobError, one_line
 from workers.export import output_difference
-from workers.feeds import random_array
+from workers.measure.feeds import random_array
 
 # The opset "Convert to opset N" offers by default.
 CONVERT_OPSET = 17

@@ -1,7 +1,7 @@
 """How closely an engine reproduces its FP32 source: the evaluate job.
 
 The reference is the source ONNX model run in FP32 by ONNX Runtime on the CPU.
-Both run the same batches of samples, made by workers/feeds.py from the version's
+Both run the same batches of samples, made by workers/measure/feeds.py from the version's
 signature and contract (each input's dtype, the allowed batch, every input of
 the model); the first output is compared sample by sample, and every output's
 largest difference is reported. The job's task (workers/tasks: classification
@@ -12,9 +12,9 @@ arrays in the dataset, both are scored too.
 
 import numpy as np
 
-from workers import feeds as model_feeds
 from workers import tasks
 from workers.errors import Cancelled, JobError
+from workers.measure import feeds as model_feeds
 
 EPSILON = 1e-12
 PROGRESS_EVERY = 20

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workers import feeds
 from workers.errors import JobError
+from workers.measure import feeds
 
 NO_TORCH = "this worker has no PyTorch: install deployhub[torch] to run export jobs"
 # torch.onnx's TorchScript-based exporter: the dynamo-based one needs onnxscript.
@@ -155,7 +155,7 @@ def match_inputs(program, input_shapes):
 def random_samples(inputs, count, seed=0):
     """Return `count` tuples of random tensors, one per input, drawn from `seed`.
 
-    The arrays are workers/feeds.py's synthetic feeds at the fixed export shapes.
+    The arrays are workers/measure/feeds.py's synthetic feeds at the fixed export shapes.
     """
     import torch
 
@@ -168,7 +168,7 @@ def random_samples(inputs, count, seed=0):
 
 
 def _feeds_input(spec):
-    """Return a program input as workers/feeds.py reads one (name, dtype, fixed shape)."""
+    """Return a program input as workers/measure/feeds.py reads one (name, dtype, fixed shape)."""
     dtype = str(spec.dtype).removeprefix("torch.")
     return {"name": spec.onnx_name, "dtype": dtype, "shape": [int(dim) for dim in spec.shape]}
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workers import feeds as model_feeds
 from workers.errors import Cancelled, JobError
 from workers.evaluate import reference_runner
+from workers.measure import feeds as model_feeds
 
 # Tolerances when the job names none (the hub sends its golden set's own).
 DEFAULT_ATOL = 1e-4

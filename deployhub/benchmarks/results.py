@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from deployhub.benchmarks.scenarios import Scenario
-from workers.latency import SAMPLES_FORMAT, SAMPLES_KEPT
+from workers.measure.latency import SAMPLES_FORMAT, SAMPLES_KEPT
 
 PERCENTILES = ("min", "p50", "p90", "p95", "p99", "max", "mean", "std")
 

@@ -14,7 +14,7 @@ Builds benchmarked one after another each meet the machine in another state, so
 two builds a few percent apart would be ranked by noise. Before recommending,
 the eligible builds whose separate runs came close to the fastest one are timed
 again side by side, in one process on one device (a `compare` job,
-workers/side_by_side.py), and that run decides between them.
+workers/measure/side_by_side.py), and that run decides between them.
 
 A version whose opset every backend finds too old is converted first, as the
 version page's Convert button does, and the run builds the converted version.
@@ -42,7 +42,7 @@ from deployhub.jobs.actions import submit_job
 from deployhub.jobs.errors import ResultRejected
 from deployhub.jobs.models import JobKind, JobState
 from workers.backends.known import BACKENDS
-from workers.side_by_side import TIE_MARGIN
+from workers.measure.side_by_side import TIE_MARGIN
 
 # The builds auto mode tries, as each backend lists them: (backend, precision) -> build config.
 # Measured by time, so a slow build is not measured for minutes and a fast one not for

@@ -68,7 +68,7 @@ class Backend(abc.ABC):
     # Why dynamic shapes in the contract build slowly, when they do.
     dynamic_shapes_slow: ClassVar[str | None] = None
     # True when its engine is an ONNX file the measurement harness runs in an ONNX Runtime
-    # session of its own (workers/benchmark.py); other engines are run through load/infer.
+    # session of its own (workers/measure/benchmark.py); other engines are run through load/infer.
     harness_runs_engine: ClassVar[bool] = False
     # The selftest (workers/selftest.py): the largest |engine - reference| its tiny model may
     # show (FP32 builds match to rounding), and what its install needs besides the pip extra.
@@ -165,7 +165,7 @@ class Backend(abc.ABC):
 
         timing_cache is an earlier build's cache to start from; calibration an
         `.npz` of preprocessed samples that calibrate INT8 (`inputs`, or one array
-        per model input; workers/feeds.py reads both); progress, when given, is
+        per model input; workers/measure/feeds.py reads both); progress, when given, is
         called as progress(fraction, message). A backend that calibrates also
         takes model_io (the version's signature and contract), given with the
         calibration data.

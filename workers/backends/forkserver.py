@@ -32,7 +32,7 @@ MODULE = "workers.backends.forkserver"
 PRELOAD = (
     "workers.backends.known",
     "workers.backends.isolate",
-    "workers.feeds",
+    "workers.measure.feeds",
     "numpy",
     "onnx",
     "onnx.version_converter",

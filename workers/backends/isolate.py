@@ -173,7 +173,7 @@ def compile_backend(
     """Compile with the named backend (in the child); return the CompileResult as JSON.
 
     model_io (the job's signature and contract) goes with the calibration data: the
-    backends that calibrate feed it through workers/feeds.py.
+    backends that calibrate feed it through workers/measure/feeds.py.
     """
     from workers.backends import known
 
@@ -192,7 +192,7 @@ def compile_backend(
 def smoke_test(backend, artifact, build_config, source, model_io=None):
     """Load a built artifact and run one inference (in the child); return what ran.
 
-    The feeds are synthetic (workers/feeds.py), from model_io when the job has one,
+    The feeds are synthetic (workers/measure/feeds.py), from model_io when the job has one,
     else from the source's declared inputs.
     """
     from workers.backends import known
@@ -215,7 +215,7 @@ def smoke_test(backend, artifact, build_config, source, model_io=None):
 def smoke_feeds(source, model_io=None):
     """Return the synthetic feeds of a smoke test, at the model's default batch; a symbolic
     axis without a range in the contract is fed at size 1."""
-    from workers import feeds
+    from workers.measure import feeds
 
     if not model_io and Path(source).suffix == ".pt2":
         from workers.backends.torch_aoti import input_metas_from_pt2

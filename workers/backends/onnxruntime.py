@@ -564,7 +564,7 @@ def _describe_int8(build_config):
 
 class CalibrationReader:
     """Feed calibration batches to quantize_static (its CalibrationDataReader): each a dict
-    of every model input, made by workers/feeds.py."""
+    of every model input, made by workers/measure/feeds.py."""
 
     def __init__(self, batches, samples, input_names):
         self.batches, self.samples, self.index = batches, samples, 0
@@ -586,7 +586,7 @@ def _calibration_reader(model, calibration, build_config, model_io=None):
 
     model_io (the job's) says what the model takes; without it, the model's graph inputs.
     """
-    from workers import feeds
+    from workers.measure import feeds
 
     specs = feeds.input_specs(model_io or feeds.model_io_from_onnx(model))
     count = int8_setting(build_config, "calibration_samples")

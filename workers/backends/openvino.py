@@ -355,7 +355,7 @@ def _check_device_here(core, device, precision):
 def _quantise(model, calibration, config, model_io, source):
     """Return the model quantised to INT8 by NNCF on the calibration samples, and a log line.
 
-    The samples are fed as workers/feeds.py batches them for model_io (the job's; without
+    The samples are fed as workers/measure/feeds.py batches them for model_io (the job's; without
     it, the ONNX source's inputs): every input, at the model's default batch.
     """
     import nncf
@@ -383,7 +383,7 @@ def _calibration_batches(calibration, model_io, source, asked):
     """Return (the calibration feeds, samples in them, samples in the dataset)."""
     import numpy as np
 
-    from workers import feeds
+    from workers.measure import feeds
 
     if calibration is None:
         raise JobError(f"{NO_CALIBRATION}: upload one (kind calibration) and build again")

@@ -226,7 +226,7 @@ class _Build:
     def calibrate(self, dataset, model_io=None):
         """Attach an entropy calibrator over the dataset; its cache goes to calibration.cache.
 
-        The batches are made by workers/feeds.py (plan.calibration_feeds) for every
+        The batches are made by workers/measure/feeds.py (plan.calibration_feeds) for every
         network input. A calibration.cache already in workdir (an earlier build's, for
         the same model, dataset and TensorRT version) is read instead of calibrating again.
         """

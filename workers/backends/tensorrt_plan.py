@@ -267,7 +267,7 @@ def calibration_plan(sample_count, calibration_samples, fixed_batch=None):
 
 
 def network_model_io(network_inputs, contract=None):
-    """Return the model_io (workers/feeds.py) of a network's inputs, [{"name", "shape",
+    """Return the model_io (workers/measure/feeds.py) of a network's inputs, [{"name", "shape",
     "dtype"}] with -1 for a dynamic dim and a numpy dtype name, under the contract."""
     return {
         "inputs": [
@@ -292,11 +292,11 @@ def calibration_batch(allowed, used):
 def calibration_feeds(dataset, model_io, calibration_samples):
     """Return (batch, [{input name: batch array}], {input name: shape fed}) to calibrate with.
 
-    The dataset's samples are read and batched by workers/feeds.py for every input of
+    The dataset's samples are read and batched by workers/measure/feeds.py for every input of
     model_io (network_model_io's), at a batch the contract or the network allows;
     a last partial batch is left out (calibration_plan).
     """
-    from workers import feeds
+    from workers.measure import feeds
 
     specs = feeds.input_specs(model_io)
     arrays, _ = feeds.load_dataset(dataset, specs, what="calibration")

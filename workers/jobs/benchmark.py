@@ -1,11 +1,11 @@
-"""A benchmark job: time the job's model or engine on this device (workers/benchmark.py)."""
+"""A benchmark job: time the job's model or engine on this device (workers/measure/benchmark.py)."""
 
 from workers import kinds
 from workers.backends.onnxruntime import engine_model_path, provider_of
-from workers.benchmark import benchmark_onnxruntime, benchmark_session
 from workers.errors import JobError
 from workers.jobs.loading import check_engines, harness_runs, load_engine, onnx_model_path
 from workers.kinds import ENGINE_INPUT, MODEL_INPUT
+from workers.measure.benchmark import benchmark_onnxruntime, benchmark_session
 
 KIND = kinds.BENCHMARK
 # Refuse, before downloading, an engine this worker cannot run.

@@ -1,13 +1,14 @@
-"""A compare job: time several engines side by side in one process (workers/side_by_side.py)."""
+"""A compare job: time several engines side by side in one process (measure/side_by_side.py)."""
 
 from functools import partial
 
-from workers import kinds, side_by_side
+from workers import kinds
 from workers.backends.onnxruntime import engine_model_path, provider_of
-from workers.benchmark import create_session, read_settings
 from workers.errors import JobError
 from workers.jobs.loading import check_engines, harness_runs, load_engine
 from workers.kinds import compared_engine_input
+from workers.measure import side_by_side
+from workers.measure.benchmark import create_session, read_settings
 
 KIND = kinds.COMPARE
 # Refuse, before downloading, an engine this worker cannot run.

@@ -81,7 +81,7 @@ def _build(job_run, backend, build_config, source, inputs):
 
 
 def _smoke_test(job_run, backend, build_config, source, built):
-    """Load the built artifact and run it once on synthetic inputs (workers/feeds.py) in a
+    """Load the built artifact and run it once on synthetic inputs (workers/measure/feeds.py) in a
     child process, or fail the job."""
     job_run.report(0.95, "first load and inference of the built engine")
     try:

@@ -150,7 +150,7 @@ def choice(task, params, key, choices):
 
 def sample_rows(output, batch, real):
     """Return one run's output as each real sample's part: its rows when axis 0 is the batch,
-    else the whole output (it belongs to the run, as workers/feeds.per_sample reads it)."""
+    else the whole output (it belongs to the run, as workers/measure/feeds.per_sample reads it)."""
     output = np.asarray(output)
     if output.ndim and output.shape[0] == batch:
         return list(output[:real])

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from workers.errors import Cancelled
-from workers.latency import latency_summary
+from workers.measure.latency import latency_summary
 
 # Sleep until this close to an arrival, then spin: a sleep overshoots by tens of µs,
 # which would count as latency.

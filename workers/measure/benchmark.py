@@ -18,11 +18,11 @@ from pathlib import Path
 
 import psutil
 
-from workers import feeds as model_feeds
 from workers import fingerprint as fingerprints
-from workers import gpu_timing, server_scenario
 from workers.errors import Cancelled, JobError
-from workers.latency import (
+from workers.measure import feeds as model_feeds
+from workers.measure import gpu_timing, server_scenario
+from workers.measure.latency import (
     DEFAULT_CV_THRESHOLD,
     DEFAULT_DRIFT_THRESHOLD,
     DEFAULT_FLOOR_MS,
@@ -54,7 +54,7 @@ MAX_SWEEP_SIZES = 16
 class Settings:
     """The conditions a benchmark runs under, read from the job's params (None: not given).
 
-    batch_size None: the model's default batch (workers/feeds.py: 1 when allowed).
+    batch_size None: the model's default batch (workers/measure/feeds.py: 1 when allowed).
     """
 
     batch_size: int | None = None
@@ -211,7 +211,7 @@ def benchmark_session(
     run(None, feeds), get_inputs() and get_providers() (another backend's engine too).
 
     make_graph_session(settings), for an ONNX Runtime model, loads it again with
-    CUDA graphs on (the cuda_graphs param). Feeds are made by workers/feeds.py from
+    CUDA graphs on (the cuda_graphs param). Feeds are made by workers/measure/feeds.py from
     model_io, or from the session's inputs without it.
     """
     settings = read_settings(params)

@@ -15,9 +15,9 @@ import os
 import statistics
 from dataclasses import dataclass, replace
 
-from workers import feeds as model_feeds
-from workers.benchmark import Goal, measure, read_number, timed_runs
 from workers.errors import Cancelled, JobError
+from workers.measure import feeds as model_feeds
+from workers.measure.benchmark import Goal, measure, read_number, timed_runs
 
 # What each param is and how it is read: (type, smallest value, whether it is allowed).
 RULES = {
@@ -37,7 +37,7 @@ TIE_MARGIN = 0.02
 class Settings:
     """How a side-by-side benchmark runs: duration_s is each engine's measured time in all.
 
-    batch_size None: the model's default batch (workers/feeds.py: 1 when allowed).
+    batch_size None: the model's default batch (workers/measure/feeds.py: 1 when allowed).
     """
 
     batch_size: int | None = None
