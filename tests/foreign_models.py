@@ -107,7 +107,7 @@ def axis_broadcast_model():
 
     The classic pre-opset-7 bias add. onnx.version_converter (1.23) alone
     unsqueezes the offset to [4, 1, 1, 1] instead of [4, 1, 1], and the checker
-    refuses the result; workers/convert.py aligns the offset before converting.
+    refuses the result; workers/checks/convert.py aligns the offset before converting.
     """
     model = old_opset_model()
     [add] = [node for node in model.graph.node if node.op_type == "Add"]

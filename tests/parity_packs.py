@@ -1,7 +1,7 @@
 """The demo's preprocessing spec, and parity packs written the way a training script writes them.
 
 The "training" tensors come from a pipeline written here, independently of
-workers/preprocessing.py.
+workers/checks/preprocessing.py.
 """
 
 import io

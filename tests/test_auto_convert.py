@@ -2,7 +2,7 @@
 
 The conversion is the Convert button's job (a derived child version, its largest
 difference recorded); the worker's side is played here through the real API
-with the real conversion (workers/convert.py). tests/test_conformance.py takes
+with the real conversion (workers/checks/convert.py). tests/test_conformance.py takes
 an opset-6 model to a recommendation with a real worker.
 """
 
@@ -22,7 +22,7 @@ from tests.api_calls import call, token_for
 from tests.compile_jobs import FINGERPRINT
 from tests.conftest import PASSWORD
 from tests.foreign_models import calibration_npz, old_opset_model
-from workers.convert import convert_onnx
+from workers.checks.convert import convert_onnx
 
 pytestmark = pytest.mark.django_db
 WITH_OPENVINO = {**copy.deepcopy(FINGERPRINT), "openvino": {"version": "2026.4.1"}}

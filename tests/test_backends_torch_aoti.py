@@ -23,8 +23,8 @@ from workers.backends.torch_aoti import (
     input_metas_from_pt2,
     retarget,
 )
+from workers.checks.export import load_program
 from workers.errors import JobError
-from workers.export import load_program
 from workers.measure.benchmark import random_inputs
 
 AVX2 = ["sse4_2", "avx", "avx2", "fma"]

@@ -35,7 +35,7 @@ from tests.conformance_models import (
     source_session,
     torch_missing,
 )
-from workers.evaluate import evaluate
+from workers.checks.evaluate import evaluate
 from workers.tasks import TASKS
 from workers.tasks.detection import counted
 

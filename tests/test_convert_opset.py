@@ -1,6 +1,6 @@
 """Convert to opset N: old operators become ones runtimes run, with the change measured.
 
-The worker-side conversion (workers/convert.py) on models made here; the
+The worker-side conversion (workers/checks/convert.py) on models made here; the
 version page, the API and a real worker are tested at the end of this file.
 """
 
@@ -29,7 +29,7 @@ from tests.foreign_models import (
     unconvertible_model,
     unknown_rank_model,
 )
-from workers.convert import convert_onnx
+from workers.checks.convert import convert_onnx
 from workers.errors import JobError
 
 

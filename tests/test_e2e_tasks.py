@@ -26,7 +26,7 @@ from tests.browser import sign_in
 from tests.conformance_models import DETECTOR, write_yolov8_anchors_last
 from tests.conformance_run import QUICK_BENCHMARKS
 from tests.conftest import run_python, wait_until
-from workers.preprocessing import compile_preprocess
+from workers.checks.preprocessing import compile_preprocess
 from workers.tasks import TASKS, normalise
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -35,9 +35,9 @@ from workers.backends import tensorrt_plan
 from workers.backends.isolate import CompileFailure, run_isolated
 from workers.backends.onnxruntime import OnnxRuntimeBackend
 from workers.backends.openvino import OpenVinoBackend
+from workers.checks.evaluate import evaluate
+from workers.checks.golden import evaluate_golden
 from workers.errors import JobError
-from workers.evaluate import evaluate
-from workers.golden import evaluate_golden
 from workers.measure import feeds, side_by_side
 from workers.measure.benchmark import benchmark_onnxruntime
 

@@ -29,7 +29,7 @@ from tests.golden_models import (
     run_model,
     tensor_bytes,
 )
-from workers import golden as worker_golden
+from workers.checks import golden as worker_golden
 
 CONFIG = {"optimization_level": "all", "provider": "CPUExecutionProvider"}
 

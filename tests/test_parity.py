@@ -22,8 +22,8 @@ from tests.api_calls import call, token_for
 from tests.browser import sign_in
 from tests.conftest import ARTIFACTS, PASSWORD, wait_until
 from tests.parity_packs import SPEC, pack_bytes, synthetic_images, training_pipeline
-from workers import parity as worker_parity
-from workers.parity import check_parity
+from workers.checks import parity as worker_parity
+from workers.checks.parity import check_parity
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from tests.api_calls import token_for
 from tests.conftest import ASSETS, PASSWORD
 from tests.golden_models import golden_npz, linear_model
 from tests.parity_packs import SPEC, pack_bytes, synthetic_images, training_pipeline
-from workers import golden as worker_golden
+from workers.checks import golden as worker_golden
 
 CAP_MB = 400
 ELEMENTS = 40960 * 3 * 32 * 32  # float32: 480 MiB

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workers.preprocessing import (
+from workers.checks.preprocessing import (
     SpecError,
     apply,
     compile_preprocess,

@@ -27,7 +27,7 @@ DETECTOR = {"task": "detection", "params": {"head": "anchors_last", "classes": 8
 
 
 def evaluate_result(task, agreement_metric, agreement, metric=None, reference=None, engine=None):
-    """An evaluate job's result as workers/evaluate.py sends it for a task."""
+    """An evaluate job's result as workers/checks/evaluate.py sends it for a task."""
     return {
         "samples": 8,
         "max_abs_error": 0.03,

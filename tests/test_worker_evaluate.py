@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tests.evaluation_inputs import MODEL, VALIDATION, session_runner
+from workers.checks.evaluate import evaluate
 from workers.errors import JobError
-from workers.evaluate import evaluate
 
 
 def test_the_source_against_itself_agrees_exactly():

@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
+from workers.checks.export import export_pt2_to_onnx
 from workers.errors import JobError
-from workers.export import export_pt2_to_onnx
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -195,7 +195,7 @@ def test_it_says_how_to_install_torch_when_the_worker_has_none(pt2, tmp_path, mo
 
 def test_it_imports_the_worker_without_importing_torch():
     code = (
-        "import sys, workers.export, workers.runner; "
+        "import sys, workers.checks.export, workers.runner; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
 

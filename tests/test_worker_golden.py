@@ -12,7 +12,7 @@ from tests.golden_models import (
     linear_model,
     run_model,
 )
-from workers.golden import (
+from workers.checks.golden import (
     GoldenFileError,
     check_golden,
     compare_output,

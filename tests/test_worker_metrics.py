@@ -5,8 +5,8 @@ import pytest
 
 from tests.conftest import ASSETS
 from tests.evaluation_inputs import MODEL, VALIDATION, session_runner
+from workers.checks.evaluate import evaluate, task_of
 from workers.errors import JobError
-from workers.evaluate import evaluate, task_of
 from workers.tasks import TASKS, Headline, Task, register
 from workers.tasks.classification import Classification
 

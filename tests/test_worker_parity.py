@@ -1,15 +1,15 @@
 """The parity check on the worker: each planted preprocessing mismatch is caught and named.
 
 The "training" tensors come from tests/parity_packs.py, written independently of
-workers/preprocessing.py, the way a training script would write it.
+workers/checks/preprocessing.py, the way a training script would write it.
 """
 
 import numpy as np
 import pytest
 
 from tests.parity_packs import SPEC, pack_bytes, synthetic_images, training_pipeline
+from workers.checks.parity import PackError, check_parity, index_pack
 from workers.errors import Cancelled
-from workers.parity import PackError, check_parity, index_pack
 
 
 def planted_pack(tmp_path, **pipeline):

@@ -13,8 +13,8 @@ import pytest
 from onnx import numpy_helper
 
 from tests.feeds_models import FLOAT, node, save, value
+from workers.checks.evaluate import evaluate
 from workers.errors import JobError
-from workers.evaluate import evaluate
 from workers.measure import feeds
 
 SIZE, CELL, CLASSES = 80, 8, 3

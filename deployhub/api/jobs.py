@@ -44,7 +44,7 @@ from deployhub.registry.models import VersionFormat
 from deployhub.teams.access import require_role, teams_of
 from deployhub.teams.models import Role
 from workers.backends.known import DEFAULT_BACKEND
-from workers.parity import PackError
+from workers.checks.parity import PackError
 
 router = Router(tags=["jobs"])
 

@@ -13,7 +13,7 @@ from deployhub.parity.models import ParityRun
 from deployhub.registry.access import get_version_for_user
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
-from workers.parity import PackError, pack_format
+from workers.checks.parity import PackError, pack_format
 
 router = Router(tags=["parity"])
 

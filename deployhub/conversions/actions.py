@@ -17,7 +17,7 @@ from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.models import ModelVersion, VersionFormat
 from deployhub.registry.tasks import inherited_task
 from deployhub.registry.uploads import VERSION_FIELDS, inspect_upload, save_version
-from workers.convert import CONVERT_OPSET, MIN_OPSET
+from workers.checks.convert import CONVERT_OPSET, MIN_OPSET
 from workers.kinds import EXPORT_ARTIFACT
 
 

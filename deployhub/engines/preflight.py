@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from workers.backends.base import cpu_isa
 from workers.backends.graph_report import quantised_by_authors
 from workers.backends.known import BACKENDS
-from workers.convert import CONVERT_OPSET
+from workers.checks.convert import CONVERT_OPSET
 from workers.fingerprint import shape_problem
 
 

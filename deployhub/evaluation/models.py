@@ -255,7 +255,7 @@ class GoldenRun(models.Model):
         return f"golden set {self.golden_set.name!r} not reproduced: {names}"
 
 
-# What a golden result reports of each output (workers/golden.py compare_output).
+# What a golden result reports of each output (workers/checks/golden.py compare_output).
 OUTPUT_REPORT = {
     "name": str,
     "passed": bool,

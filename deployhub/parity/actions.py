@@ -13,7 +13,7 @@ from deployhub.registry.archives import check_filename
 from deployhub.registry.uploads import read_in_child, received
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Event, Role
-from workers.parity import PackError, pack_format
+from workers.checks.parity import PackError, pack_format
 
 
 def default_device_class(team):

@@ -6,7 +6,7 @@ sample names only. The zip goes through the registry's archive checks (no '..',
 links, or bombs: the compression-ratio cap holds for the pack and its
 tensors.npz), its images through the dataset loader's image checks (pixel limit
 before decoding), and its tensors.npz is read without unpickling. Members are
-paired by workers/parity.py, the same rules the worker reads the pack by.
+paired by workers/checks/parity.py, the same rules the worker reads the pack by.
 """
 
 import math
@@ -18,7 +18,7 @@ from deployhub.registry.archives import safe_extract_zip
 from deployhub.registry.datasets import DatasetError, open_image, open_npz, read_array
 from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.validate import serve
-from workers.parity import PackError, check_pairs, index_pack, without_batch_axis
+from workers.checks.parity import PackError, check_pairs, index_pack, without_batch_axis
 
 KIND = "parity-pack"
 MAX_IMAGES = 64  # "a few": a pack is a spot check, not a dataset

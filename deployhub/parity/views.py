@@ -13,7 +13,7 @@ from deployhub.registry.inspect import InvalidModel
 from deployhub.registry.pages import version_page
 from deployhub.teams.access import require_role
 from deployhub.teams.models import Role
-from workers.parity import PackError
+from workers.checks.parity import PackError
 
 REFUSALS = (PackError, InvalidModel, DatasetError)
 

@@ -37,7 +37,7 @@ from deployhub.registry.archives import (
     safe_extract_zip,
 )
 from deployhub.registry.inspect import InvalidModel
-from workers.preprocessing import compile_preprocess
+from workers.checks.preprocessing import compile_preprocess
 
 MAX_PIXELS = 50_000_000
 STORED = "dataset.npz"  # the checked samples, in the work folder, for the web process to store

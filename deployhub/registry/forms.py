@@ -11,8 +11,8 @@ from deployhub.devices.models import DeviceClass
 from deployhub.registry.contract import batch_range_contract
 from deployhub.registry.edits import TAG_CHARS, tidy_tags
 from deployhub.registry.models import DatasetKind, VersionFormat
-from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
-from workers.preprocessing import (
+from workers.checks.golden import DEFAULT_ATOL, DEFAULT_RTOL
+from workers.checks.preprocessing import (
     COLOR_ORDERS,
     DTYPES,
     INTERPOLATIONS,

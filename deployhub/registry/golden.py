@@ -1,7 +1,7 @@
 """Attach golden input/output pairs to a version, checked against its signature and contract.
 
 The file is read in the capped child process (golden_pairs.py) by
-workers/golden.py, the code a worker runs to check an engine, and held to the
+workers/checks/golden.py, the code a worker runs to check an engine, and held to the
 version there: every input given, with the model's dtype and a shape its
 input-shape contract allows; the expected outputs with the model's dtype and
 declared shape. It is stored as uploaded, or not at all.
@@ -24,8 +24,8 @@ from deployhub.registry.golden_pairs import GoldenError
 from deployhub.registry.models import GoldenFormat, GoldenSet, golden_upload_path
 from deployhub.registry.uploads import head, read_in_child, received
 from deployhub.teams.models import Event
-from workers import golden as worker_golden
-from workers.golden import DEFAULT_ATOL, DEFAULT_RTOL
+from workers.checks import golden as worker_golden
+from workers.checks.golden import DEFAULT_ATOL, DEFAULT_RTOL
 
 FORMATS = {".npz": GoldenFormat.NPZ, ".zip": GoldenFormat.ONNX_PB}
 ACCEPTED = (

@@ -2,7 +2,7 @@
 
 Runs in the capped child process (registry/validate.py, kind "golden"), never in
 the web process: the file is unpacked under the archive caps, read by
-workers/golden.py (the code a worker runs to check an engine), and every pair
+workers/checks/golden.py (the code a worker runs to check an engine), and every pair
 held to the version: every input given, with the model's dtype and a shape its
 input-shape contract allows; the expected outputs with the model's dtype and
 declared shape. The web process gets back the number of pairs and the outputs
@@ -16,7 +16,7 @@ import numpy as np
 from deployhub.registry.archives import safe_extract_zip
 from deployhub.registry.contract import BATCH
 from deployhub.registry.inspect import InvalidModel
-from workers.golden import GoldenFileError, read_golden
+from workers.checks.golden import GoldenFileError, read_golden
 
 MAX_PAIRS = 10_000
 # The numpy dtype of each ONNX element type a golden array may hold.

@@ -2,7 +2,7 @@
 
 Boxes from a COCO json or YOLO txt files, masks from PNGs, strings from OCR lines; each
 mapped from the image's pixels into the model input's with the version's resize and
-center crop, as workers/preprocessing.py maps the image. Numpy and Pillow only.
+center crop, as workers/checks/preprocessing.py maps the image. Numpy and Pillow only.
 """
 
 import csv
@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from deployhub.registry.dataset_labels import LabelError, label_kind, plural
-from workers.preprocessing import validate_spec
+from workers.checks.preprocessing import validate_spec
 
 MASK_MODES = {"1", "L", "P", "I", "I;16", "I;16B", "I;16L"}
 YOLO_SLACK = 1e-3  # exporters round: 1.0004 is still a fraction of the image
@@ -95,7 +95,7 @@ class Geometry(NamedTuple):
 def input_geometry(spec, width, height):
     """Return the Geometry of a width x height image under a preprocessing spec.
 
-    As workers/preprocessing.py does it: an optional stretch to the resize, then an
+    As workers/checks/preprocessing.py does it: an optional stretch to the resize, then an
     optional center crop with its offsets rounded like torchvision's.
     """
     spec = validate_spec(spec)

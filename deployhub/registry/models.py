@@ -225,7 +225,7 @@ def golden_upload_path(instance, filename):
 class GoldenSet(models.Model):
     """Inputs and the outputs a version must give for them, within atol and rtol.
 
-    Stored as uploaded (workers/golden.py reads both formats). The default
+    Stored as uploaded (workers/checks/golden.py reads both formats). The default
     tolerances pass a correct FP32 engine and fail a wrong one: see
     deployhub/registry/golden.py.
     """

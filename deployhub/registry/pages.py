@@ -29,7 +29,7 @@ from deployhub.registry.forms import (
 from deployhub.registry.tasks import proposed_task
 from deployhub.sections import Sections
 from workers.backends.known import BACKENDS
-from workers.preprocessing import generate_code
+from workers.checks.preprocessing import generate_code
 
 version_sections = Sections("sections", slots=("checks", "lineage", "work", "activity"))
 model_sections = Sections("model_sections")  # provider(model, request)

@@ -41,7 +41,7 @@ from deployhub.registry.models import (
 from deployhub.registry.tasks import proposed_task
 from deployhub.registry.validate import validate_in_child
 from deployhub.teams.models import Event
-from workers.preprocessing import SpecError, validate_spec
+from workers.checks.preprocessing import SpecError, validate_spec
 
 
 class DuplicateVersion(InvalidModel):

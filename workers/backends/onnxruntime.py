@@ -495,7 +495,7 @@ def opset_for_int8(build, folder):
     """
     import onnx
 
-    from workers.convert import convert_model, default_opset  # numpy: not on every hub
+    from workers.checks.convert import convert_model, default_opset  # numpy: not on every hub
 
     model = onnx.load(str(build.source), load_external_data=False)
     opset = default_opset(model)

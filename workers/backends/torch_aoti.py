@@ -162,7 +162,7 @@ class TorchAotiBackend(Backend):
         """Load the .pt2 program, cast and move it as asked, compile and package it."""
         import torch
 
-        from workers.export import load_program
+        from workers.checks.export import load_program
 
         self.check_config(build_config)
         config = build_config or {}
@@ -216,7 +216,7 @@ class TorchAotiBackend(Backend):
         """
         import torch
 
-        from workers.export import _leaves
+        from workers.checks.export import _leaves
 
         inputs = [_to_tensor(torch, array, handle) for array in feeds.values()]
         with torch.inference_mode():
@@ -285,7 +285,7 @@ def check_device_here(device, machine_name=None):
 
 def no_cuda_message(torch):
     """Return why torch cannot use a CUDA GPU here, in words the failure classifier knows."""
-    from workers.export import _first_line
+    from workers.checks.export import _first_line
 
     if torch.version.cuda is None:
         why = f"this worker's torch {torch.__version__} is a CPU-only build"
@@ -374,7 +374,7 @@ def input_metas_from_pt2(path, batch_size=None):
     ("s77") without one, which the benchmark fills with the job's batch size;
     later dynamic dimensions stay symbol names, which the benchmark refuses.
     """
-    from workers.export import _user_inputs, load_program
+    from workers.checks.export import _user_inputs, load_program
 
     names, metas = _user_inputs(load_program(path))
     return [
@@ -404,7 +404,7 @@ def _cast(program, dtype):
     """
     import torch
 
-    from workers.export import _first_line, _user_inputs
+    from workers.checks.export import _first_line, _user_inputs
 
     _, metas = _user_inputs(program)
     dims = {}

@@ -1,9 +1,10 @@
 """An evaluate job: compare an engine with its FP32 source on a dataset, golden pairs or both."""
 
-from workers import golden, kinds
+from workers import kinds
 from workers.backends.onnxruntime import engine_model_path, provider_of
+from workers.checks import golden
+from workers.checks.evaluate import evaluate
 from workers.errors import JobError
-from workers.evaluate import evaluate
 from workers.jobs.loading import check_engines, harness_runs, load_engine, onnx_model_path
 from workers.kinds import DATASET_INPUT, ENGINE_INPUT, GOLDEN_INPUT, MODEL_INPUT
 

@@ -1,9 +1,9 @@
 """An export job: a .pt2 program exported to ONNX, or an ONNX model converted to another opset."""
 
 from workers import kinds
-from workers.convert import conversion_line, convert_onnx
+from workers.checks.convert import conversion_line, convert_onnx
+from workers.checks.export import export_pt2_to_onnx
 from workers.errors import JobError
-from workers.export import export_pt2_to_onnx
 from workers.kinds import EXPORT_ARTIFACT, MODEL_INPUT
 
 KIND = kinds.EXPORT

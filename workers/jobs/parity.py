@@ -1,9 +1,9 @@
 """A parity job: check a parity pack against the version's preprocessing spec."""
 
 from workers import kinds
+from workers.checks.parity import check_parity
 from workers.errors import JobError
 from workers.kinds import PARITY_INPUT
-from workers.parity import check_parity
 
 KIND = kinds.PARITY
 

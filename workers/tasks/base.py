@@ -1,7 +1,7 @@
 """What a task is to the evaluate job: a decoder, an agreement with FP32, a labelled score.
 
 A task (classification, detection, ...) is a small subclass of Task, registered by name in
-TASKS; workers/evaluate.py decodes every run's outputs with it and measures the decoded
+TASKS; workers/checks/evaluate.py decodes every run's outputs with it and measures the decoded
 objects. Pure numpy, so the hub can import it to check and propose declarations.
 """
 

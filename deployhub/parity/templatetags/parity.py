@@ -6,7 +6,7 @@ from deployhub.devices.models import Device
 from deployhub.parity.forms import ParityForm
 from deployhub.parity.gates import parity_gate
 from deployhub.parity.models import ParityRun
-from workers.parity import pack_format
+from workers.checks.parity import pack_format
 
 register = template.Library()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from workers.backends.isolate import CompileFailure
+from workers.checks.export import output_difference
 from workers.errors import JobError, one_line
-from workers.export import output_difference
 from workers.measure.feeds import random_array
 
 # The opset "Convert to opset N" offers by default.

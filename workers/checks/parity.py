@@ -3,7 +3,7 @@
 A parity pack is a zip of a few raw images and `tensors.npz`, holding one array
 per image, keyed by the image's file name without its extension: the tensor the
 training pipeline made from that image (with or without a leading batch axis
-of 1). The worker applies the version's spec with workers/preprocessing.py,
+of 1). The worker applies the version's spec with workers/checks/preprocessing.py,
 the code the product itself runs, and compares. On a mismatch it tries the
 usual suspects one at a time (channels swapped, /255, mean/std, NHWC vs NCHW,
 another interpolation), then in pairs, and says which variant of the spec
@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image
 
-from workers import preprocessing
+from workers.checks import preprocessing
 from workers.errors import Cancelled, JobError
 
 TENSORS = "tensors.npz"

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from workers.checks.evaluate import reference_runner
 from workers.errors import Cancelled, JobError
-from workers.evaluate import reference_runner
 from workers.measure import feeds as model_feeds
 
 # Tolerances when the job names none (the hub sends its golden set's own).
