@@ -106,7 +106,7 @@ class JobProgress:
 
 class JobHeartbeat:
     """Heartbeat a running job from a thread, watching for cancel and loss, until the hub has
-    its completion: a completion retried without them would outlive the lease (issue 27)."""
+    its completion: a completion retried without them would outlive the lease."""
 
     def __init__(self, client, job, progress, log):
         self.client = client
