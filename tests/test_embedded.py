@@ -332,7 +332,7 @@ class Jobs:
 
     def demo_version(self):
         """Return the id of the demo model's version 2."""
-        models = self.api("GET", "models")["models"]
+        models = self.api("GET", "models")["items"]
         model = next(m for m in models if m["name"] == "digits-cnn")
         versions = self.api("GET", f"models/{model['id']}")["versions"]
         return next(v["id"] for v in versions if v["number"] == 2)
