@@ -20,6 +20,7 @@ from pydantic import Field
 from deployhub.api.auth import BIGINT, BadInput, Conflict
 from deployhub.api.forms import check_form
 from deployhub.api.pipelines import JobOut, job_json
+from deployhub.api.results import BenchmarkParams
 from deployhub.api.v1 import ERRORS, PIPELINES, Error, Listed, Page, Schema, Strict, answers
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.forms import BenchmarkForm
@@ -63,26 +64,6 @@ class CompileIn(Strict):
     device_class: Slug
     backend: str = Field(DEFAULT_BACKEND, max_length=50)
     build_config: dict[str, Any] = {}
-
-
-class BenchmarkParams(Strict):
-    """The benchmark form's fields (docs/api.md, `POST jobs`); each optional."""
-
-    scenario: str | None = Field(None, max_length=20)
-    duration_s: float | None = None
-    warmup_s: float | None = None
-    iterations: int | None = None
-    warmup_iterations: int | None = None
-    batch_size: int | None = None
-    batch_sweep: bool | None = None
-    sweep_duration_s: float | None = None
-    target_qps: float | None = None
-    samples: int | None = None
-    cuda_graphs: bool | None = None
-    intra_op_threads: int | None = None
-    cv_threshold: float | None = None
-    drift_threshold: float | None = None
-    stability_floor_ms: float | None = None
 
 
 class BenchmarkIn(Strict):

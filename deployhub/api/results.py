@@ -59,14 +59,13 @@ class ResultFilters(Schema):
         return [row for row in rows if self.keeps(row)] if self.any else list(rows)
 
 
-class BenchmarkIn(Strict):
-    """What to measure (every key optional but a version's device_class); the page's form
-    checks each value and answers a 400 naming the fields it refuses."""
+class BenchmarkParams(Strict):
+    """The benchmark form's fields, each optional: the form checks each value and answers a
+    400 naming the fields it refuses (here, and in POST jobs's params)."""
 
-    device_class: str | int | None = Field(
-        None, description="Versions only: a device class of the team, by slug or id."
+    scenario: str | None = Field(
+        None, max_length=20, description="single-stream (default), server, offline"
     )
-    scenario: str | None = Field(None, description="single-stream (default), server, offline")
     duration_s: float | None = None
     warmup_s: float | None = None
     iterations: int | None = None
@@ -81,6 +80,14 @@ class BenchmarkIn(Strict):
     cv_threshold: float | None = None
     drift_threshold: float | None = None
     stability_floor_ms: float | None = None
+
+
+class BenchmarkIn(BenchmarkParams):
+    """What to measure (every key optional but a version's device_class)."""
+
+    device_class: str | int | None = Field(
+        None, description="Versions only: a device class of the team, by slug or id."
+    )
 
 
 BENCHMARK_BODY = {
