@@ -1,6 +1,9 @@
 """The hub's neutral helpers: what several apps share, importing no app.
 
-Choice sets, the gate types, the content-addressed store, JSON input, downloads, the
-figure style, the accuracy rule and hand-written SQL. pyproject.toml's import-linter
-contract keeps this package below every app.
+choices (choice sets with a label and a colour), gates (the gate types every release
+gate speaks), store (the content-addressed store), json_input (the JSON and text people
+and devices send), downloads (a download's name), figure_style (a colour per precision,
+a symbol per backend), accuracy (how an evaluation is judged), handwritten (hand-written
+SQL for the device calls) and worker_dist (the worker wheel the hub serves).
+pyproject.toml's import-linter contract keeps this package below every app.
 """
