@@ -4,7 +4,9 @@
 # `make run` installs (the hub and a CPU device worker with every CPU backend auto mode
 # uses); `.venv-test` adds the test tools (torch for export jobs, pytest, Playwright).
 # `make test` builds both, so tests/test_default_install.py proves builds in `.venv` itself.
-# `make lint` needs neither: `.venv-lint` holds only ruff and import-linter.
+# `make lint` needs neither: `.venv-lint` holds the hub's web extra (the type checker's Django
+# plugin imports the settings and the apps) and the lint extra: ruff, import-linter, mypy with
+# django-stubs, djLint. `.ci/run` runs `make lint`, then `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export PYTHON
 VENV := .venv
@@ -23,13 +25,10 @@ $(VENV)/.installed-run: pyproject.toml scripts/venv.sh
 $(TEST_VENV)/.installed-test: pyproject.toml scripts/venv.sh
 	scripts/venv.sh $(TEST_VENV) $(EXTRAS_test) $@
 
-# The two lint tools at the versions the dev extra pins (spelt once, in pyproject.toml).
-# lint-imports reads the source tree; it needs neither the project nor its dependencies installed.
-$(LINT_VENV)/.installed-lint: pyproject.toml
-	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
-	$(LINT_VENV)/bin/python -m pip install --quiet \
-		$$(grep -oE '"(ruff|import-linter)==[^"]+"' pyproject.toml | tr -d '"')
-	touch $@
+# The lint tools at the versions the lint extra pins (spelt once, in pyproject.toml), beside the
+# web extra: mypy's Django plugin (django-stubs) imports deployhub.settings and every app.
+$(LINT_VENV)/.installed-lint: pyproject.toml scripts/venv.sh
+	scripts/venv.sh $(LINT_VENV) web,lint $@
 
 run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
@@ -66,14 +65,19 @@ conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 soak: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/soak.py --worker-python $(PY)
 
+# Each check stops the run on a finding: ruff's rules and format, the layer contracts, the types
+# of the modules [tool.mypy] reports (python -m: the plugin imports deployhub from here), and
+# the templates' format ([tool.djlint]). CONTRIBUTING.md, "Checks", says what each covers.
 lint: $(LINT_VENV)/.installed-lint
 	$(LINT_VENV)/bin/ruff check .
 	$(LINT_VENV)/bin/ruff format --check .
 	$(LINT_VENV)/bin/lint-imports
+	$(LINT_VENV)/bin/python -m mypy
 
 format: $(LINT_VENV)/.installed-lint
 	$(LINT_VENV)/bin/ruff check --fix .
 	$(LINT_VENV)/bin/ruff format .
+	$(LINT_VENV)/bin/djlint --reformat templates
 
 # docs/api-reference.md: every API v1 operation, read from the hub's OpenAPI schema (no database
 # or server needed); tests/test_openapi.py says when it is out of date.
@@ -86,4 +90,4 @@ demo-assets: $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/make_demo_assets.py
 
 clean:
-	rm -rf var .pytest_cache bench/results.json $(LINT_VENV)
+	rm -rf var .pytest_cache .mypy_cache bench/results.json $(LINT_VENV)

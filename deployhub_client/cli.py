@@ -10,6 +10,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -567,7 +568,7 @@ def results(model, as_csv, device_class):
     Example:
       deployhub results resnet18 --class local-cpu --csv > results.csv
     """
-    filters = {"device_class": list(device_class) or None}
+    filters: dict[str, Any] = {"device_class": list(device_class) or None}
     if as_csv:
         click.echo(hub().results_csv(model, **filters), nl=False)
         return

@@ -9,11 +9,16 @@ and, for_this_machine, only when the hub finds this machine's toolchain runs it.
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deployhub_client import operations as ops
 from deployhub_client.hub import HubError, path_of
 from deployhub_client.operations import calls
+
+if TYPE_CHECKING:
+    from deployhub_client.hub import Hub
 
 SIGNING_KEY_VARIABLE = "DEPLOYHUB_SIGNING_KEY"
 CHUNK_BYTES = 1024 * 1024
@@ -22,14 +27,14 @@ CHUNK_BYTES = 1024 * 1024
 class EngineRefused(HubError):
     """A downloaded engine failed its checks (sha256, signature or toolchain): not kept."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str) -> None:
         super().__init__(0, message)
 
 
 class Engines:
     """hub.engines: the engines of the caller's teams."""
 
-    def __init__(self, hub):
+    def __init__(self, hub: "Hub") -> None:
         self.hub = hub
 
     @calls(ops.ENGINE_DETAIL)
@@ -87,7 +92,7 @@ class Engines:
         return target
 
 
-def target_path(dest: Path, engine_id: int, headers) -> Path:
+def target_path(dest: Path, engine_id: int, headers: Mapping[str, str]) -> Path:
     """dest itself, or in a folder dest the file name the hub gave (engine-<id> without one)."""
     if not dest.is_dir():
         return dest

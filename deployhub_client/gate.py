@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -157,7 +158,7 @@ class Gate:
     def wait(self, runs, timeout):
         """Wait for every started run to finish, all within `timeout` seconds together."""
         deadline = time.monotonic() + timeout
-        finished = {}
+        finished: dict[str, Any] = {}  # a slug's run, or why it has none
         for slug, run in runs.items():
             if isinstance(run, str):
                 finished[slug] = run
@@ -177,7 +178,7 @@ class Gate:
             return undecided(slug, engine)
         if isinstance(run, str):
             return undecided(slug, run)
-        known = {"run": {"id": run["id"], "page": self.hub.url + run["page"]}}
+        known: dict[str, Any] = {"run": {"id": run["id"], "page": self.hub.url + run["page"]}}
         candidate = candidate_of(run, results)
         if candidate is None:
             failures = "; ".join(failed_builds(run))

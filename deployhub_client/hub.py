@@ -27,7 +27,7 @@ TIMEOUT_SECONDS = 60
 class HubError(Exception):
     """The hub refused a call (status 4xx/5xx) or could not be reached (status 0)."""
 
-    def __init__(self, status: int, message: str, body: Any = None):
+    def __init__(self, status: int, message: str, body: Any = None) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status, self.message, self.body = status, message, body
 
@@ -35,7 +35,7 @@ class HubError(Exception):
 class Unreachable(HubError):
     """The hub did not answer: the network, its address, or a timeout."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str) -> None:
         super().__init__(0, message)
 
 
@@ -51,7 +51,7 @@ class Hub:
     """One hub: Hub("https://hub.example", "dhu_..."), or Hub() to read DEPLOYHUB_URL and
     DEPLOYHUB_TOKEN, else the file `deployhub login` wrote (deployhub_client.config)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None):
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
         url, token = config.resolve(url, token)
         if not url:
             raise HubError(401, "No hub: run `deployhub login` or set DEPLOYHUB_URL.")
@@ -165,7 +165,7 @@ class Hub:
         notes: str = "",
         team: str | None = None,
         export_on: str | None = None,
-        on_progress: Progress = None,
+        on_progress: Progress | None = None,
     ) -> dict:
         """Upload a model file as a new version of `model` (an id or a name) and answer the
         version's JSON. A name no model has creates the model (in `team`, needed when the
@@ -182,13 +182,25 @@ class Hub:
 
     @calls(ops.VERSION_DATASETS)
     def add_dataset(
-        self, version: int, path: str | Path, kind: str, name: str, on_progress: Progress = None
+        self,
+        version: int,
+        path: str | Path,
+        kind: str,
+        name: str,
+        on_progress: Progress | None = None,
     ) -> dict:
         """Attach a dataset file (kind "validation" or "calibration") to a version."""
         fields = {"kind": kind, "name": name}
         return self.upload_file(ops.VERSION_DATASETS, version, path, fields, on_progress)
 
-    def upload_file(self, operation, pk, path, fields, on_progress=None):
+    def upload_file(
+        self,
+        operation: Operation,
+        pk: Any,
+        path: str | Path,
+        fields: dict[str, Any],
+        on_progress: Progress | None = None,
+    ) -> Any:
         """Stream a file and form fields to a multipart operation (fields None are left out,
         dicts sent as JSON text)."""
         form = {
@@ -235,7 +247,13 @@ class Hub:
         return self.call(ops.AUTO_RUN_DETAIL, run)
 
     @calls(ops.AUTO_RUN_DETAIL)
-    def wait_for_run(self, run, on_progress=None, poll_seconds=POLL_SECONDS, timeout=None):
+    def wait_for_run(
+        self,
+        run: dict,
+        on_progress: Callable[[dict], None] | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        timeout: float | None = None,
+    ) -> dict:
         """Poll an auto run until its state is done; answer it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

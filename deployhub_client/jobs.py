@@ -2,11 +2,14 @@
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployhub_client import operations as ops
 from deployhub_client.hub import path_of
 from deployhub_client.operations import calls
+
+if TYPE_CHECKING:
+    from deployhub_client.hub import Hub
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -14,7 +17,7 @@ FINAL_STATES = ("succeeded", "failed", "cancelled")
 class Jobs:
     """hub.jobs: the jobs of the caller's teams."""
 
-    def __init__(self, hub):
+    def __init__(self, hub: "Hub") -> None:
         self.hub = hub
 
     @calls(ops.JOB_SUBMIT)

@@ -6,7 +6,11 @@ with that method and path and takes those fields, so the client cannot drift fro
 Hub.call refuses to send a field its operation does not declare.
 """
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
+
+Method = TypeVar("Method", bound=Callable)
 
 
 @dataclass(frozen=True)
@@ -25,18 +29,26 @@ class Operation:
 OPERATIONS: dict[str, Operation] = {}
 
 
-def operation(operation_id, method, path, fields=(), body=None, query=(), paged=False):
+def operation(
+    operation_id: str,
+    method: str,
+    path: str,
+    fields: Iterable[str] = (),
+    body: str | None = None,
+    query: Iterable[str] = (),
+    paged: bool = False,
+) -> Operation:
     """Declare an operation and remember it in OPERATIONS."""
     declared = Operation(operation_id, method, path, tuple(fields), body, tuple(query), paged)
     OPERATIONS[operation_id] = declared
     return declared
 
 
-def calls(*operations):
+def calls(*operations: Operation) -> Callable[[Method], Method]:
     """Mark a client method with the operations it calls (read by the schema test)."""
 
-    def mark(method):
-        method.operations = operations
+    def mark(method: Method) -> Method:
+        method.operations = operations  # type: ignore[attr-defined]
         return method
 
     return mark

@@ -2,8 +2,13 @@
 (hub.releases). The rules are the hub's (docs/api.md, "Releases"): a refusal is a HubError
 403 (the caller's role) or 409 (the release's state or gates) saying which rule refused."""
 
+from typing import TYPE_CHECKING
+
 from deployhub_client import operations as ops
 from deployhub_client.operations import calls
+
+if TYPE_CHECKING:
+    from deployhub_client.hub import Hub
 
 DECISIONS = ("approve", "request_changes", "reject")
 
@@ -11,7 +16,7 @@ DECISIONS = ("approve", "request_changes", "reject")
 class Releases:
     """hub.releases: each call answers the release it acted on."""
 
-    def __init__(self, hub):
+    def __init__(self, hub: "Hub") -> None:
         self.hub = hub
 
     @calls(ops.RELEASE_PROPOSE)

@@ -228,7 +228,8 @@ class HubClient:
     def _untrusted(self, reason):
         """Say that the hub's certificate is refused, why, and what the operator sets."""
         bundle = self.session.verify if isinstance(self.session.verify, str) else None
-        checked = bundle or f"{requests.certs.where()} (certifi's CAs)"
+        # types-requests leaves requests.certs.where out.
+        checked = bundle or f"{requests.certs.where()} (certifi's CAs)"  # type: ignore[attr-defined]
         return (
             f"the hub at {self.base_url} has a certificate this worker does not trust "
             f"({reason}; checked against {checked}): if a private CA signed it, set "

@@ -7,8 +7,10 @@ calls marked for them (api/v1.py). The device protocol (docs/protocol.md) is not
 is the worker's, with its own exact behaviour, in api/protocol.py.
 """
 
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse, RawPostDataException
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, RawPostDataException
 from django.urls import reverse
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -39,13 +41,13 @@ class HubAPI(NinjaAPI):
     """Mounted without a URL namespace (deployhub/urls.py): an operation keeps the URL name
     its hand-written view had, so reverse("api_job", ...) holds wherever it was written."""
 
-    def url_patterns(self):
+    def url_patterns(self) -> list[Any]:
         return self._get_urls()
 
-    def get_openapi_operation_id(self, operation):
+    def get_openapi_operation_id(self, operation: Any) -> str:
         return operation.view_func.__name__  # each is unique: a test says so
 
-    def get_root_path(self, path_params):
+    def get_root_path(self, path_params: dict[str, Any]) -> str:
         return reverse("api-root", kwargs=path_params)
 
 
@@ -53,14 +55,14 @@ class JsonBody(Parser):
     """Bodies are read as every API v1 call reads them (auth.json_body): UTF-8 JSON objects,
     finite numbers, text PostgreSQL can store; a refusal says what is wrong."""
 
-    def parse_body(self, request):
+    def parse_body(self, request: HttpRequest) -> Any:
         return auth.json_body(request)
 
 
 class Docs(Swagger):
     """Swagger UI from django-ninja's own copy of its assets (no CDN), at /api/docs/."""
 
-    def get_openapi_url(self, api, path_params):
+    def get_openapi_url(self, api: NinjaAPI, path_params: dict[str, Any]) -> str:
         return reverse("openapi-json", kwargs=path_params)
 
 
@@ -82,57 +84,58 @@ api = HubAPI(
 )
 
 
-def docs(request):
+def docs(request: HttpRequest) -> HttpResponse:
     """The API's interactive docs (Swagger UI)."""
     return api.docs.render_page(request, api)
 
 
-def _answer(status, message, **more):
+def _answer(status: int, message: str, **more: Any) -> JsonResponse:
     return JsonResponse({"error": message, **more}, status=status)
 
 
 @api.exception_handler(auth.Refused)
-def _refused(request, exc):
+def _refused(request: HttpRequest, exc: auth.Refused) -> HttpResponse:
     return exc.response
 
 
 @api.exception_handler(ValidationError)
-def _invalid(request, exc):
+def _invalid(request: HttpRequest, exc: ValidationError) -> JsonResponse:
     return _answer(400, "; ".join(_said(each) for each in exc.errors[:5]))
 
 
 @api.exception_handler(RawPostDataException)
-def _form_not_json(request, exc):  # a form's fields were read (auth.check_fields) as a form
+def _form_not_json(request: HttpRequest, exc: Exception) -> JsonResponse:
+    # a form's fields were read (auth.check_fields) as a form
     return _answer(400, "This call takes a JSON body: send Content-Type: application/json.")
 
 
 @api.exception_handler(AuthenticationError)
-def _unauthenticated(request, exc):
+def _unauthenticated(request: HttpRequest, exc: Exception) -> JsonResponse:
     return _answer(401, "An API token is required: Authorization: Bearer dhu_....")
 
 
 @api.exception_handler(PermissionDenied)
-def _forbidden(request, exc):
+def _forbidden(request: HttpRequest, exc: Exception) -> JsonResponse:
     return _answer(403, str(exc) or "You may not do this.")
 
 
 @api.exception_handler(Http404)
-def _not_found(request, exc):
+def _not_found(request: HttpRequest, exc: Exception) -> JsonResponse:
     return _answer(404, "Not found.")
 
 
 @api.exception_handler(auth.Conflict)
-def _conflict(request, exc):
+def _conflict(request: HttpRequest, exc: auth.Conflict) -> JsonResponse:
     return _answer(409, str(exc), existing=exc.existing)
 
 
 @api.exception_handler(UploadTooLarge)
-def _too_large(request, exc):
+def _too_large(request: HttpRequest, exc: Exception) -> JsonResponse:
     return _answer(413, str(exc))
 
 
 @api.exception_handler(HttpError)
-def _http_error(request, exc):
+def _http_error(request: HttpRequest, exc: HttpError) -> JsonResponse:
     if isinstance(exc.__cause__, auth.BadInput):  # JsonBody's refusal, wrapped by ninja
         return _answer(400, str(exc.__cause__))
     return _answer(exc.status_code, str(exc))
@@ -147,7 +150,7 @@ for bad_input in (auth.BadInput, InvalidModel, DatasetError, GoldenError):
 PLACES = ("body", "query", "path", "form", "file", "payload")
 
 
-def _said(error):
+def _said(error: dict[str, Any]) -> str:
     """One of pydantic's complaints as a sentence that names the field."""
     loc = [str(part) for part in error.get("loc", ())]
     where = [part for part in loc if part not in PLACES] or loc[-1:]

@@ -11,8 +11,12 @@ a string nor "5" for 5. The device protocol (docs/protocol.md) is not here: it i
 worker's, with its own exact behaviour, and stays in api/protocol.py.
 """
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from ninja import Schema
 from ninja.pagination import LimitOffsetPagination
 from ninja.security import HttpBearer
@@ -27,12 +31,13 @@ class PersonToken(HttpBearer):
 
     pipelines_may_call = False
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> AbstractBaseUser:
         user = auth.person_for(request, self.pipelines_may_call)
         auth.check_fields(request)  # a NUL in a query string or a form field: 400
         return user
 
-    def authenticate(self, request, token):  # pragma: no cover - __call__ reads the header
+    # __call__ reads the header: ninja never calls this.
+    def authenticate(self, request: HttpRequest, token: str) -> Any:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -63,7 +68,7 @@ class Error(Schema):
 ERRORS = (400, 401, 403, 404, 429)
 
 
-def answers(ok, status=200, also=()):
+def answers(ok: Any, status: int = 200, also: Iterable[int] = ()) -> dict[int, Any]:
     """The response= of an operation: its own answer, then the errors it may give."""
     return {status: ok, **{code: Error for code in (*ERRORS, *also)}}
 
@@ -72,7 +77,7 @@ class Listed:
     """What a list call returns: its rows (a queryset, in a stable order) and how one row is
     shown; Page reads and shows only the rows of the page asked for."""
 
-    def __init__(self, rows, shown):
+    def __init__(self, rows: QuerySet, shown: Callable[[Any], Any]) -> None:
         self.rows, self.shown = rows, shown
 
 
@@ -84,7 +89,13 @@ class Page(LimitOffsetPagination):
         limit: int = Field(50, ge=1, le=500)
         offset: int = Field(0, ge=0, le=BIGINT)
 
-    def paginate_queryset(self, queryset, pagination, request=None, **params):
+    def paginate_queryset(
+        self,
+        queryset: Any,
+        pagination: Any,
+        request: HttpRequest,  # ninja always passes it, as the base class declares
+        **params: Any,
+    ) -> Any:
         limit, offset = pagination.limit, pagination.offset
         if isinstance(queryset, Listed):
             rows = queryset.rows[offset : offset + limit]

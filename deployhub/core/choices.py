@@ -7,13 +7,13 @@ class ChoiceSet:
     CHOICES: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
-    def choices(cls):
+    def choices(cls) -> list[tuple[str, str]]:
         return [(value, label) for value, label, _ in cls.CHOICES]
 
     @classmethod
-    def label(cls, value):
+    def label(cls, value: str) -> str:
         return next((label for v, label, _ in cls.CHOICES if v == value), value)
 
     @classmethod
-    def color(cls, value):
+    def color(cls, value: str) -> str:
         return next((color for v, _, color in cls.CHOICES if v == value), "grey")

@@ -8,6 +8,7 @@ serves is named here; a neutral module, so every app may use it.
 
 import re
 import unicodedata
+from typing import IO
 from urllib.parse import quote
 
 from django.http import FileResponse
@@ -16,7 +17,7 @@ from django.http import FileResponse
 PLAIN = re.compile(r'[^\x20-\x7e]|["\\]')
 
 
-def ascii_fallback(filename):
+def ascii_fallback(filename: str) -> str:
     """Return an ASCII stand-in for a name: accents dropped, other characters as '_'."""
     decomposed = unicodedata.normalize("NFKD", filename)
     text = "".join(char for char in decomposed if not unicodedata.combining(char))
@@ -29,7 +30,7 @@ def ascii_fallback(filename):
     return f"{stem}{dot}{suffix}"
 
 
-def content_disposition(filename, disposition="attachment"):
+def content_disposition(filename: str, disposition: str = "attachment") -> str:
     """Return the Content-Disposition value naming filename: both parameters when not ASCII."""
     fallback = ascii_fallback(filename)
     header = f'{disposition}; filename="{fallback}"'
@@ -38,7 +39,7 @@ def content_disposition(filename, disposition="attachment"):
     return header
 
 
-def file_download(handle, filename):
+def file_download(handle: IO[bytes], filename: str) -> FileResponse:
     """Stream an open file as an attachment named filename."""
     response = FileResponse(handle, as_attachment=True, filename=filename)
     response["Content-Disposition"] = content_disposition(filename)

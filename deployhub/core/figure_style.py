@@ -32,31 +32,37 @@ LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b":
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
-def precision_colour(precision):
+def precision_colour(precision: str) -> str:
     """Return the colour of a precision (fp32, fp16, int8...); grey for one not listed."""
     return PRECISION_COLOURS.get(precision, OTHER_COLOUR)
 
 
-def backend_symbol(backend):
+def backend_symbol(backend: str) -> str:
     """Return the marker symbol of a backend, from its place among the known backends."""
     names = list(BACKENDS)
     index = names.index(backend) if backend in names else len(names)
     return SYMBOLS[index % len(SYMBOLS)]
 
 
-def marker_symbol(backend, stable=True):
+def marker_symbol(backend: str, stable: bool | None = True) -> str:
     """Return the backend's symbol, hollow ("-open") when the measurement is unstable."""
     symbol = backend_symbol(backend)
     return symbol if stable is not False else f"{symbol}-open"
 
 
-def legend():
+# A legend entry: its label, its colour or its symbol.
+LegendEntry = tuple[str, str | None, str | None]
+
+
+def legend() -> list[LegendEntry]:
     """Return [(label, colour or None, symbol or None)]: what each colour and symbol means."""
-    colours = [(name, colour, None) for name, colour in PRECISION_COLOURS.items()]
-    symbols = [(name, None, backend_symbol(name)) for name in BACKENDS]
+    colours: list[LegendEntry] = [
+        (name, colour, None) for name, colour in PRECISION_COLOURS.items()
+    ]
+    symbols: list[LegendEntry] = [(name, None, backend_symbol(name)) for name in BACKENDS]
     return colours + symbols
 
 
-def plain(value):
+def plain(value: object) -> str:
     """Text from users or devices as plotly shows it: its markup (<a>, <b>, <br>) as text."""
     return html.escape(str(value), quote=False)

@@ -6,7 +6,9 @@ and states it with these types, so a page, the API and (next) the approval workf
 read every gate the same way. This module imports no app.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from deployhub.core.choices import ChoiceSet
 
@@ -33,22 +35,22 @@ class Gate:
     name: str
     status: str
     reason: str
-    run: object = None
+    run: Any = None
 
     @property
-    def color(self):
+    def color(self) -> str:
         return GateStatus.color(self.status)
 
     @property
-    def label(self):
+    def label(self) -> str:
         return GateStatus.label(self.status)
 
     @property
-    def open(self):
+    def open(self) -> bool:
         """Whether the gate lets a release through: it passed, or has nothing to check."""
         return self.status in GateStatus.OPEN
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         return {
             "gate": self.name,
             "status": self.status,
@@ -57,6 +59,6 @@ class Gate:
         }
 
 
-def gates_open(gates):
+def gates_open(gates: Iterable[Gate]) -> bool:
     """Return True when every gate passed or has nothing to check."""
     return all(gate.open for gate in gates)

@@ -10,38 +10,45 @@ change here. The statement every job's dispatch waits on is also prepared on Pos
 """
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
+
+M = TypeVar("M", bound=Model)
 
 
-class Columns:
+class Columns(Generic[M]):
     """A model's concrete columns (or those named) under a table alias: their SQL, and a
     row's values made into an instance, or into their values as the ORM gives them."""
 
-    def __init__(self, model, alias, names=None):
+    def __init__(self, model: type[M], alias: str, names: Sequence[str] | None = None) -> None:
         self.model, self.alias = model, alias
         fields = model._meta.concrete_fields
-        self.fields = [field for field in fields if names is None or field.name in names]
+        # Concrete fields, each with its column (django-stubs allows a field none).
+        self.fields: list[Any] = [f for f in fields if names is None or f.name in names]
         self.names = [field.attname for field in self.fields]
         self.floats = [
             index
             for index, field in enumerate(self.fields)
             if field.get_internal_type() == "FloatField"
         ]
-        self._converters = {}  # per database vendor
+        self._converters: dict[str, list[tuple[int, Any, list[Callable]]]] = {}  # per vendor
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.fields)
 
-    def sql(self, connection):
+    def sql(self, connection: BaseDatabaseWrapper) -> str:
         quote = connection.ops.quote_name
         return ", ".join(f"{quote(self.alias)}.{quote(field.column)}" for field in self.fields)
 
-    def instance(self, values, connection):
+    def instance(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> M:
         """Return the model instance of these values, converted as the ORM converts them."""
         return self.model.from_db(connection.alias, self.names, self.values(values, connection))
 
-    def values(self, values, connection):
+    def values(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
         """Return the values converted as the ORM converts them."""
         converted = list(values)
         for index, column, converters in self.converters(connection):
@@ -52,7 +59,7 @@ class Columns:
                 converted[index] = float(converted[index])
         return converted
 
-    def converters(self, connection):
+    def converters(self, connection: BaseDatabaseWrapper) -> list[tuple[int, Any, list[Callable]]]:
         """Each column that needs converting: (its index, its expression, its converters).
         Kept per database vendor: they depend on the backend, not on the connection."""
         if connection.vendor not in self._converters:
@@ -67,16 +74,17 @@ class Columns:
         return self._converters[connection.vendor]
 
 
-def split(row, *parts):
+def split(row: Sequence[Any], *parts: Columns) -> list[Sequence[Any]]:
     """Cut a row into the values of each part (a Columns), in order."""
-    values, start = [], 0
+    values: list[Sequence[Any]] = []
+    start = 0
     for part in parts:
         values.append(row[start : start + len(part)])
         start += len(part)
     return values
 
 
-def prepared_cursor(connection):
+def prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
     """A cursor whose statements run as PostgreSQL prepared statements on this connection:
     parsed once, and planned once from their sixth run (PostgreSQL's generic plan), until a
     rollback on the connection (psycopg then deallocates them all). A claim's parsing and
@@ -98,7 +106,7 @@ def prepared_cursor(connection):
 
 
 @functools.cache
-def _preparing_cursor():
+def _preparing_cursor() -> type:
     """Django's cursor for server-side binding, whose statements psycopg prepares.
 
     Only while one of its statements runs does the connection prepare: Django's connections
@@ -107,10 +115,13 @@ def _preparing_cursor():
     UPDATE's text: 20 MB a connection). Made here: psycopg is imported only where
     PostgreSQL is used.
     """
-    from django.db.backends.postgresql.base import ServerBindingCursor
+    from django.db.backends.postgresql import base
 
-    class PreparingCursor(ServerBindingCursor):
-        def execute(self, query, params=None, *, binary=None):
+    # django-stubs leaves out this cursor's psycopg base class, which holds what it uses.
+    server_binding_cursor: Any = base.ServerBindingCursor
+
+    class PreparingCursor(server_binding_cursor):
+        def execute(self, query: Any, params: Any = None, *, binary: bool | None = None) -> Any:
             self.connection.prepare_threshold = 0
             try:
                 return super().execute(query, params, prepare=True, binary=binary)

@@ -10,6 +10,7 @@ keeps. Imports no app: API views and forms share it.
 import json
 import math
 import re
+from typing import Any, NoReturn
 
 from django.conf import settings
 
@@ -23,7 +24,7 @@ class JSONInputError(ValueError):
     """The JSON cannot be read or kept; the message says why, for the person who sent it."""
 
 
-def parse(raw, what="The body", scrub=False):
+def parse(raw: str | bytes, what: str = "The body", scrub: bool = False) -> Any:
     """Return the JSON value of raw (str or UTF-8 bytes); raise JSONInputError otherwise.
 
     Bytes are UTF-8 (RFC 8259): json.loads alone would also take UTF-16 and UTF-32, and
@@ -45,25 +46,25 @@ def parse(raw, what="The body", scrub=False):
     return value
 
 
-def _no_constant(name):
+def _no_constant(name: str) -> NoReturn:
     raise JSONInputError(f"{name} is not a JSON number: send a finite number.")
 
 
-def _finite(literal):
+def _finite(literal: str) -> float:
     value = float(literal)
     if not math.isfinite(value):
         raise JSONInputError(f"The number {literal[:40]} is out of range: send a finite number.")
     return value
 
 
-def check(value, what="The body", scrub=False):
+def check(value: Any, what: str = "The body", scrub: bool = False) -> None:
     """Raise JSONInputError when a parsed value nests over MAX_DEPTH or holds text not to keep.
 
     With scrub, text inside a list or an object is made storable in place instead (a NUL or
     a lone surrogate becomes U+FFFD): for what machines write, such as a device's build
     log, where refusing the whole call (a job's heartbeat) would lose more than one sign.
     """
-    pending = [(value, what, 1, None, None)]
+    pending: list[tuple[Any, str, int, Any, Any]] = [(value, what, 1, None, None)]
     while pending:
         value, where, depth, parent, slot = pending.pop()
         if isinstance(value, str):
@@ -87,7 +88,7 @@ def check(value, what="The body", scrub=False):
                 pending.append((item, name, depth + 1, value, key))
 
 
-def text_problem(value):
+def text_problem(value: str) -> str:
     """Say why PostgreSQL cannot store this text (a NUL, a lone surrogate), or return ""."""
     if "\x00" in value:
         return "contains a NUL character (\\u0000), which the hub does not store"
@@ -98,12 +99,12 @@ def text_problem(value):
     return ""
 
 
-def scrubbed(value):
+def scrubbed(value: str) -> str:
     """Return text PostgreSQL can store: NUL characters and lone surrogates as U+FFFD."""
     return UNSTORABLE.sub("\ufffd", value)
 
 
-def length_problem(value, what, limit=None):
+def length_problem(value: object, what: str, limit: int | None = None) -> str:
     """Say why a person's text is longer than the hub keeps ("" when it is not).
 
     Refused, never cut: the person still has their text and can shorten it. The limit is
@@ -115,7 +116,7 @@ def length_problem(value, what, limit=None):
     return f"{what} is {len(value):,} characters long: at most {limit:,} are kept."
 
 
-def tail(value, limit):
+def tail(value: str, limit: int) -> str:
     """Return a device's text as the hub keeps it: at most its last `limit` characters.
 
     The end of a log or an error says why a build failed, so the start goes, and a first
@@ -128,7 +129,7 @@ def tail(value, limit):
     return f"[{len(value) - len(kept):,} earlier characters cut]\n{kept}"
 
 
-def size_problem(value, what, limit):
+def size_problem(value: Any, what: str, limit: int) -> str:
     """Say why a JSON value is bigger than the hub keeps ("" when it is not)."""
     size = len(json.dumps(value, ensure_ascii=False).encode())
     if size <= limit:
@@ -136,7 +137,7 @@ def size_problem(value, what, limit):
     return f"{what} is {size:,} bytes of JSON: at most {limit:,} are kept."
 
 
-def check_text(value, where):
+def check_text(value: str, where: object) -> None:
     """Raise JSONInputError naming `where` when the text cannot be stored."""
     if problem := text_problem(value):
         raise JSONInputError(f"{str(where)[:100]} {problem}.")

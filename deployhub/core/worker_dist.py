@@ -26,6 +26,7 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from packaging.version import InvalidVersion, Version
@@ -92,8 +93,9 @@ def older_than_hub(version):
 
 
 _lock = threading.Lock()
-_wheels = {}  # (prebuilt setting, var folder) -> Wheel, once per process
-_failures = {}  # the same key -> (when, WheelUnavailable): a failed build is not retried at once
+_wheels: dict[tuple, Any] = {}  # (prebuilt setting, var folder) -> Wheel, once per process
+# The same key -> (when, WheelUnavailable): a failed build is not retried at once.
+_failures: dict[tuple, tuple[float, Exception]] = {}
 # Anyone may ask for the wheel: a build that failed is said again for this long before the
 # next try, and a request waits this long for another's build before it is told to come back.
 RETRY_FAILED_BUILD_S = 60
@@ -120,7 +122,7 @@ def worker_wheel():
 
 def _wheel_or_failure(key):
     """Find or build the wheel; a failure is kept and raised again for a minute."""
-    failed_at, failure = _failures.get(key, (None, None))
+    failed_at, failure = _failures.get(key, (0.0, None))
     if failure is not None and time.monotonic() - failed_at < RETRY_FAILED_BUILD_S:
         raise failure
     prebuilt = settings.DEPLOYHUB_WORKER_WHEEL

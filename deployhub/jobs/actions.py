@@ -4,6 +4,7 @@ The database is the source of truth: every change happens under a row lock, and
 a worker's claim, heartbeat and completion are fenced by the attempt number.
 """
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -243,7 +244,8 @@ def claim_for_token(job_id, token, address, attempt):
                 job_id, token, address, attempt, lease_expires_at=_lease_end()
             )
             if taken is not None:
-                _record_claim(*taken, attempt)
+                job, device = taken
+                _record_claim(job, device, attempt)
     except NotSupportedError:
         # The prepared statement outlived a change of a column's type (a migration while the
         # hub ran): PostgreSQL refuses it once on each connection, and it is prepared again.
@@ -341,7 +343,7 @@ def complete_job(
             after=state,
         )
         for callback in kinds.finished_callbacks():
-            transaction.on_commit(lambda callback=callback: callback(job))
+            transaction.on_commit(functools.partial(callback, job))
     return job
 
 

@@ -10,6 +10,7 @@ ask to hear of every finished job (`on_finished`) or of every reaper pass
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from workers.kinds import ENGINE_INPUT, MODEL_INPUT
 
@@ -112,7 +113,7 @@ def inputs_of(job, device=None):
     device that claimed the job (its caches) then add nothing.
     """
     subscription = _registry.kinds.get(job.kind)
-    found = {}
+    found: dict[str, Any] = {}
     for provider in subscription.inputs if subscription else ():
         found.update(provider(job, device) or {})
     return found

@@ -11,6 +11,7 @@ from one of DEPLOYHUB_METRICS_NETWORKS (by default the hub's own host).
 import hmac
 import ipaddress
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Case, CharField, Count, DurationField, F, Q, Sum, Value, When
@@ -180,7 +181,7 @@ def duration_rows(now):
         .values_list("kind", "job_backend", "bucket")
         .annotate(n=Count("pk"), seconds=Sum("took", output_field=DurationField()))
     )
-    found = {}
+    found: dict[tuple[str, str], tuple[list[int], Any]] = {}
     for kind, job_backend, index, count, seconds in rows.order_by():
         counts, total = found.setdefault(
             (kind, job_backend), ([0] * (len(DURATION_BUCKETS) + 1), 0)

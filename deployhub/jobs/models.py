@@ -71,7 +71,11 @@ class JobQuerySet(models.QuerySet):
         return self.filter(state__in=[JobState.QUEUED, JobState.RUNNING])
 
 
-class JobManager(models.Manager.from_queryset(JobQuerySet)):
+# A name of its own: django-stubs types a manager made from a queryset only when it has one.
+JobManagerBase = models.Manager.from_queryset(JobQuerySet)
+
+
+class JobManager(JobManagerBase):
     def take(self, job_id, device, attempt, *, lease_expires_at):
         """Take the job for the device when it can be claimed (queued, on this attempt, of
         the device's class and team), in one statement, and return it; else None.

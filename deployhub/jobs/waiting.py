@@ -150,8 +150,8 @@ def max_waiters():
         return settings.DEPLOYHUB_POLL_MAX_WAITERS
     threads = os.environ.get("DEPLOYHUB_SERVER_THREADS", "")
     if threads.isdigit():
-        threads = int(threads)
-        return max(1, threads - min(RESERVED_THREADS, (threads + 1) // 2))
+        count = int(threads)
+        return max(1, count - min(RESERVED_THREADS, (count + 1) // 2))
     return UNBOUNDED_WAITERS  # a server without a fixed thread count (runserver, tests)
 
 

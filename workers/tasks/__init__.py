@@ -24,7 +24,7 @@ from workers.tasks.propose import propose
 # for keypoints' error), and a bound for each of the task's guards (Task.guards: mask IoU
 # beside an instance segmenter's F1, F1 beside keypoints' error). A device class may
 # override them per task.
-DEFAULT_TOLERANCES = {
+DEFAULT_TOLERANCES: dict[str, dict[str, float | None]] = {
     "classification": {"drop": 1.0, "agreement": 0.99},
     "detection": {"drop": 1.0, "agreement": 0.99},
     "instance_segmentation": {"drop": 1.0, "agreement": 0.99, "mask_iou": 0.9},
