@@ -38,7 +38,7 @@ run: $(VENV)/.installed-run
 # would outlive its thread and pile up over a run, so tests open one per request.
 test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	scripts/ensure_services.sh
-	DATABASE_CONN_MAX_AGE=0 DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile
+	DATABASE_CONN_MAX_AGE=0 DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile --durations=25
 
 # The tests that need no service: tests/conftest.py marks the others `services` (the database,
 # the broker, a live server, worker processes, Chromium). The database and the broker point at
