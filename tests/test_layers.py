@@ -107,3 +107,16 @@ def test_the_client_importing_the_hub_breaks_its_contract(tmp_path):
     assert completed.returncode != 0
     assert "deployhub_client.leak -> deployhub.core.choices (l.1)" in completed.stdout
     assert "deployhub_client.leak -> django (l.2)" in completed.stdout
+
+
+def test_the_hub_importing_a_worker_module_it_does_not_share_breaks_its_contract(tmp_path):
+    copy_of_the_code(tmp_path)
+    (tmp_path / "deployhub" / "jobs" / "device_side.py").write_text(
+        "import workers.kinds  # noqa: F401\nimport workers.runner  # noqa: F401\n"
+    )
+
+    completed = lint_imports(tmp_path)
+
+    assert completed.returncode != 0
+    assert "deployhub.jobs.device_side -> workers.runner (l.2)" in completed.stdout
+    assert "device_side -> workers.kinds" not in completed.stdout
