@@ -60,7 +60,7 @@ bench-gpu: $(TEST_VENV)/.installed-test
 conformance: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/conformance.py --worker-python $(PY)
 
-# Faults (issue 15): its own PostgreSQL, Redis and stack, broken six ways over 500+ jobs; the
+# Faults: its own PostgreSQL, Redis and stack, broken ten ways over 500+ jobs; the
 # hub and workers run make run's .venv. A short form runs in make test (tests/test_soak_short.py).
 soak: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
 	$(TEST_PY) scripts/soak.py --worker-python $(PY)
