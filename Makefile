@@ -73,6 +73,7 @@ lint: $(LINT_VENV)/.installed-lint
 	$(LINT_VENV)/bin/ruff format --check .
 	$(LINT_VENV)/bin/lint-imports
 	$(LINT_VENV)/bin/python -m mypy
+	$(LINT_VENV)/bin/djlint --check templates
 
 format: $(LINT_VENV)/.installed-lint
 	$(LINT_VENV)/bin/ruff check --fix .
