@@ -34,11 +34,11 @@ TIMING_CACHE_ARTIFACT = "timing_cache"
 CALIBRATION_CACHE_ARTIFACT = "calibration_cache"
 
 
-def compared_engine_input(engine_id):
+def compared_engine_input(engine_id: int | str) -> str:
     """The input name of one engine a compare job times: engine-<id>."""
     return f"{ENGINE_INPUT}-{engine_id}"
 
 
-def is_engine_input(name):
+def is_engine_input(name: str) -> bool:
     """True for an input that carries an engine: `engine`, or `engine-<id>` of a compare job."""
     return name == ENGINE_INPUT or name.startswith(f"{ENGINE_INPUT}-")
