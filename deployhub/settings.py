@@ -195,7 +195,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         # Made here for its user only: SQLite gives its -wal and -shm files the same mode.
         _private_file(database_file)
 # PostgreSQL: the claim every job's dispatch waits on runs as a prepared statement, parsed once
-# per connection and planned once from its sixth run (deployhub/handwritten.py): planning it
+# per connection and planned once from its sixth run (deployhub/core/handwritten.py): planning it
 # took longer than running it. Django's own queries are never prepared. Behind PgBouncer in
 # transaction pooling mode, PgBouncer 1.22 or later with max_prepared_statements set carries
 # it (psycopg sends DEALLOCATE ALL after a rollback, which 1.21 does not handle); turn it off
@@ -362,7 +362,7 @@ DEPLOYHUB_WEBHOOK_OPEN_NETWORKS = [
 ]
 # Where people reach the hub, for links in email.
 DEPLOYHUB_PUBLIC_URL = env_str("DEPLOYHUB_PUBLIC_URL", "http://127.0.0.1:8000")
-# The worker wheel /downloads/ serves (deployhub/worker_dist.py): built from the hub's own
+# The worker wheel /downloads/ serves (deployhub/core/worker_dist.py): built from the hub's own
 # source when unset; a hub installed as a package, with no source beside it, names its wheel.
 DEPLOYHUB_WORKER_WHEEL = env_str("DEPLOYHUB_WORKER_WHEEL")
 

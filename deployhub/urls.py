@@ -28,7 +28,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", job_metrics.metrics, name="metrics"),
-    # The worker wheel devices install (deployhub/worker_dist.py): no sign-in.
+    # The worker wheel devices install (deployhub/core/worker_dist.py): no sign-in.
     path("downloads/", views.worker_downloads, name="worker_downloads"),
     path("downloads/<str:filename>", views.worker_wheel, name="worker_wheel"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
