@@ -1,7 +1,7 @@
 """DeployHub settings, read from the environment.
 
 With nothing set, a fresh checkout runs embedded: SQLite, kombu's filesystem
-broker and local storage, all under `var/`. See README.md for the variables.
+broker and local storage, all under `var/`. See docs/configuration.md for the variables.
 """
 
 import ipaddress
