@@ -227,3 +227,36 @@ def test_a_claim_prepared_before_a_column_changed_type_is_still_granted(
         assert claim() == (200, "running") and prepared_runs() == 1
     finally:
         message_type(200)
+
+
+@pytest.mark.django_db(transaction=True)  # the take runs in autocommit, as in the hub
+def test_an_ask_for_work_prepared_before_a_column_changed_type_still_takes_its_job(
+    client, demo_team, alice, make_device
+):
+    from django.db import connection
+
+    from deployhub.jobs.actions import submit_job
+    from deployhub.jobs.models import JobKind
+    from tests.api_calls import call
+
+    device, token = make_device()
+
+    def ask():
+        job = submit_job(
+            team=demo_team, kind=JobKind.NOOP, device_class=device.device_class, user=alice
+        )
+        answer = call(client, token, "device/work", {"wait": 0})
+        job.refresh_from_db()
+        return answer.status_code, answer.json()["job"]["id"] == job.pk, job.state
+
+    def message_type(length):
+        with connection.cursor() as cursor:  # as a migration would, while the hub runs
+            cursor.execute(f"ALTER TABLE jobs_job ALTER COLUMN message TYPE varchar({length})")
+
+    assert ask() == (200, True, "running")
+    message_type(250)
+    try:
+        assert ask() == (200, True, "running")  # refused once, prepared again, taken
+        assert ask() == (200, True, "running")
+    finally:
+        message_type(200)

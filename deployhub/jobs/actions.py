@@ -203,7 +203,16 @@ def _take_oldest(device):
     """take_next_job on PostgreSQL: one statement takes the oldest queued job and records
     its claim (Job.objects.take_oldest), outside a transaction of its own; the team's
     webhooks hear of it as of every event."""
-    taken = Job.objects.take_oldest(device, lease_expires_at=_lease_end())
+    try:
+        taken = Job.objects.take_oldest(device, lease_expires_at=_lease_end())
+    except NotSupportedError:
+        # The prepared statement outlived a change of a column's type (a migration while
+        # the hub ran): PostgreSQL refuses it. A rollback makes psycopg deallocate the
+        # connection's statements (as claim_for_token's does); the take is prepared again.
+        with transaction.atomic():
+            Job.objects.exists()
+            transaction.set_rollback(True)
+        taken = Job.objects.take_oldest(device, lease_expires_at=_lease_end())
     if taken is None:
         return None
     job, event, webhooks = taken
