@@ -324,7 +324,16 @@ class _ClaimStatement:
         return Event.from_db(
             "default",
             ["id", "team_id", "actor", "verb", "target_type", "target_id", "data", "created_at"],
-            [event_id, job.team_id, params["actor"], "job.claimed", "job", job.pk, data, params["now"]],
+            [
+                event_id,
+                job.team_id,
+                params["actor"],
+                "job.claimed",
+                "job",
+                job.pk,
+                data,
+                params["now"],
+            ],
         )
 
     def oldest_sql(self, connection):
