@@ -84,6 +84,10 @@ def against_choice(ctx, param, value):
     raise click.BadParameter(f"say 'production' or a version number, not {value!r}")
 
 
+# The outcomes of a finished auto run that recommended a build (the hub's AutoRun.outcome).
+RECOMMENDED = ("recommended", "recommended_off_gate")
+
+
 class Gate:
     """One gate's run against a hub: the candidate version, its classes and the limits."""
 
@@ -141,12 +145,13 @@ class Gate:
         return engine or f"version {number} has no benchmarked build on {slug} to compare with"
 
     def start(self, slug):
-        """The candidate's auto run on the class: the newest one already started (running or
-        done), unless a new one is asked for, else one started now; or why not (a str)."""
+        """The candidate's auto run on the class: the newest one already started, while it
+        runs or when it recommended a build, unless a new one is asked for; else one started
+        now; or why not (a str)."""
         try:
-            started = [] if self.new_run else self.hub.auto_runs(self.version["id"], slug)
-            if started:
-                run = self.hub.auto_run(started[0]["id"])
+            newest = None if self.new_run else self.newest_run(slug)
+            if newest is not None:
+                run = self.hub.auto_run(newest["id"])
                 self.say(f"{slug}: auto run #{run['id']} ({run['state']}) is the candidate's")
                 return run
             run = self.hub.auto(self.version["id"], slug, wait=False)
@@ -154,6 +159,21 @@ class Gate:
             return f"auto mode refused: {exc.message}"
         self.say(f"{slug}: auto run #{run['id']} started ({self.hub.url}{run['page']})")
         return run
+
+    def newest_run(self, slug):
+        """The version's newest auto run on the class when it may stand for the candidate
+        (running, or done with a recommendation), else None: a run that failed or found
+        nothing to recommend is started again. A hub without the list answers None."""
+        try:
+            runs = self.hub.auto_runs(self.version["id"], slug)
+        except HubError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        newest = runs[0] if runs else None
+        if newest and (newest["state"] != "done" or newest["outcome"] in RECOMMENDED):
+            return newest
+        return None
 
     def wait(self, runs, timeout):
         """Wait for every started run to finish, all within `timeout` seconds together."""

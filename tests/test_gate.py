@@ -325,8 +325,8 @@ class FakeHubWithRuns(FakeHub):
 
 
 def test_the_gate_waits_for_the_versions_newest_run_and_starts_one_only_where_none_is():
-    runs = [{"id": 9, "device_class": "edge-cpu", "state": "running"}]
-    runs.append({"id": 4, "device_class": "edge-cpu", "state": "done"})
+    runs = [{"id": 9, "device_class": "edge-cpu", "state": "running", "outcome": "running"}]
+    runs.append({"id": 4, "device_class": "edge-cpu", "state": "done", "outcome": "recommended"})
     hub = FakeHubWithRuns([], runs)
     hub.auto = lambda version, slug, wait: hub.started.append(slug) or {"id": 10, "page": "/"}
     said = []
@@ -336,3 +336,14 @@ def test_the_gate_waits_for_the_versions_newest_run_and_starts_one_only_where_no
     assert gate.start("server-gpu")["id"] == 10 and hub.started == ["server-gpu"]
     fresh = Gate(hub, hub.version("digits", 2), "production", None, said.append, new_run=True)
     assert fresh.start("edge-cpu")["id"] == 10 and hub.started == ["server-gpu", "edge-cpu"]
+
+
+def test_the_gate_starts_again_where_the_newest_run_recommended_nothing():
+    failed = {"id": 9, "device_class": "edge-cpu", "state": "done", "outcome": "all_failed"}
+    done = {"id": 8, "device_class": "server-gpu", "state": "done", "outcome": "recommended"}
+    hub = FakeHubWithRuns([], [failed, done])
+    hub.auto = lambda version, slug, wait: hub.started.append(slug) or {"id": 10, "page": "/"}
+    gate = Gate(hub, hub.version("digits", 2), "production", None, lambda text: None)
+
+    assert gate.start("edge-cpu")["id"] == 10 and hub.started == ["edge-cpu"]
+    assert gate.start("server-gpu")["id"] == 8 and hub.started == ["edge-cpu"]
