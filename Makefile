@@ -33,10 +33,12 @@ $(LINT_VENV)/.installed-lint: pyproject.toml scripts/venv.sh
 run: $(VENV)/.installed-run
 	$(PY) manage.py run_embedded
 
-# The suite runs from .venv-test; tests that must run in the product start .venv's Python.
-# The live server answers each request in a thread of its own: a kept database connection
-# would outlive its thread and pile up over a run, so tests open one per request.
+# The checks first (make lint: a finding fails in seconds, in CI too: .ci/run is make test),
+# then the suite. The suite runs from .venv-test; tests that must run in the product start
+# .venv's Python. The live server answers each request in a thread of its own: a kept database
+# connection would outlive its thread and pile up over a run, so tests open one per request.
 test: $(VENV)/.installed-run $(TEST_VENV)/.installed-test
+	$(MAKE) lint
 	scripts/ensure_services.sh
 	DATABASE_CONN_MAX_AGE=0 DEPLOYHUB_RUN_PYTHON=$(PY) $(TEST_PY) -m pytest -n 2 --dist loadfile --durations=25
 
