@@ -16,7 +16,7 @@ from pydantic import Field
 from deployhub.api.auth import BadInput
 from deployhub.api.fields import Name, RequiredName
 from deployhub.api.protocol import reported_fingerprint
-from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers
+from deployhub.api.v1 import PIPELINES, Listed, Page, Schema, Strict, answers, file_answer
 from deployhub.core.downloads import file_download
 from deployhub.devices.access import get_device_for_user
 from deployhub.devices.actions import revoke_device, set_draining
@@ -242,14 +242,7 @@ def engine_detail(request, pk: int):
     response=answers(None, also=(409,)),
     auth=PIPELINES,
     url_name="api_engine_file",
-    openapi_extra={
-        "responses": {
-            200: {
-                "description": "The engine file, as an attachment.",
-                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
-            }
-        }
-    },
+    openapi_extra=file_answer("application/octet-stream", "The engine file, as an attachment."),
 )
 def engine_file(request, pk: int):
     """The engine's file, for a person or a pipeline to deploy or inspect: check it against

@@ -13,7 +13,7 @@ from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from deployhub.api.auth import BIGINT, BadInput, json_body
-from deployhub.api.v1 import ERRORS, PIPELINES, Error, Page, Schema, Strict, answers
+from deployhub.api.v1 import ERRORS, PIPELINES, Error, Page, Schema, Strict, answers, file_answer
 from deployhub.benchmarks.actions import BenchmarkRefused, submit_benchmark
 from deployhub.benchmarks.exports import EXPORTS, benchmark_json, model_csv, model_results_body
 from deployhub.benchmarks.forms import BenchmarkForm
@@ -296,14 +296,9 @@ def model_results_json(request, pk: int, filters: Query[ResultFilters]):
 
 # A download's 200 is described by its openapi_extra (text/csv, text/html), its errors here.
 NOT_JSON = {code: Error for code in ERRORS}
-CSV_ANSWER = {
-    "responses": {
-        200: {
-            "description": "The export as CSV, one row per run (per sweep step for batch-sweep)",
-            "content": {"text/csv": {"schema": {"type": "string"}}},
-        }
-    }
-}
+CSV_ANSWER = file_answer(
+    "text/csv", "The export as CSV, one row per run (per sweep step for batch-sweep)"
+)
 
 
 @router.get(
@@ -322,14 +317,7 @@ def model_results_csv(request, pk: int, kind: str, filters: Query[ResultFilters]
     return attachment(text, "text/csv; charset=utf-8", model, f"{kind}.csv")
 
 
-REPORT_ANSWER = {
-    "responses": {
-        200: {
-            "description": "A self-contained HTML report (plotly.js inlined)",
-            "content": {"text/html": {"schema": {"type": "string"}}},
-        }
-    }
-}
+REPORT_ANSWER = file_answer("text/html", "A self-contained HTML report (plotly.js inlined)")
 
 
 @router.get(

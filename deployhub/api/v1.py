@@ -73,6 +73,13 @@ def answers(ok: Any, status: int = 200, also: Iterable[int] = ()) -> dict[int, A
     return {status: ok, **{code: Error for code in (*ERRORS, *also)}}
 
 
+def file_answer(media_type: str, description: str) -> dict[str, Any]:
+    """The openapi_extra of an operation whose 200 is a file, not JSON (its errors stay JSON:
+    answers(None, ...))."""
+    body = {"schema": {"type": "string"}}
+    return {"responses": {200: {"description": description, "content": {media_type: body}}}}
+
+
 class Listed:
     """What a list call returns: its rows (a queryset, in a stable order) and how one row is
     shown; Page reads and shows only the rows of the page asked for."""
