@@ -6,7 +6,7 @@
 # `make test` builds both, so tests/test_default_install.py proves builds in `.venv` itself.
 # `make lint` needs neither: `.venv-lint` holds the hub's web extra (the type checker's Django
 # plugin imports the settings and the apps) and the lint extra: ruff, import-linter, mypy with
-# django-stubs, djLint. `.ci/run` runs `make lint`, then `make test`.
+# django-stubs, djLint. `.ci/run` runs `make test`, whose first step is `make lint`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 export PYTHON
 VENV := .venv

@@ -1,12 +1,12 @@
-"""Pages compose one way (deployhub/sections.py): parts drawn by order, in their slot, their
+"""Pages compose one way (deployhub/core/sections.py): parts drawn by order, in their slot, their
 providers read with the page's object; and a job kind's subscription, not the page's
 script, says whether a page watching one of its jobs reloads when it ends."""
 
 import pytest
 
+from deployhub.core.sections import Sections
 from deployhub.jobs.actions import submit_job
 from deployhub.jobs.models import JobKind
-from deployhub.sections import Sections
 from tests.conftest import PASSWORD
 
 

@@ -1,6 +1,6 @@
 """Templates keep the layers too: an app's templates name no higher app's URL, tag library
 or template. A higher app draws on a lower app's page through the page's contributed
-sections (deployhub/sections.py), as its code does through imports; a partial several
+sections (deployhub/core/sections.py), as its code does through imports; a partial several
 apps draw lives with the app that owns its data, or at the top of templates/ when it
 belongs to none.
 """

@@ -2,7 +2,7 @@
 the fingerprint timelines; jobs: the recent jobs at the foot of the device and class pages,
 each class's waiting work on the fleet page)."""
 
-from deployhub.sections import Sections
+from deployhub.core.sections import Sections
 
 # "changes": in the device's Changes card; "end": the foot of the page.
 device_sections = Sections("device_sections", slots=("changes", "end"))

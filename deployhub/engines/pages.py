@@ -5,11 +5,11 @@ parts that apps above engines draw (releases: the engine's releases and the prop
 
 from django.db.models import Q, prefetch_related_objects
 
+from deployhub.core.sections import Sections
 from deployhub.engines.actions import compatibility_matrix
 from deployhub.engines.forms import CompileForm
 from deployhub.engines.models import AutoRun, Engine
 from deployhub.engines.preflight import preflight_grid
-from deployhub.sections import Sections
 
 
 def version_part(version):

@@ -7,7 +7,7 @@ context provider(job) returns (benchmarks: the run; evaluation: the golden run;
 engines: the engine's flags and the auto run that compared it; parity: the parity run).
 """
 
-from deployhub.sections import Sections
+from deployhub.core.sections import Sections
 
 job_sections = Sections("job_sections")
 

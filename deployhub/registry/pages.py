@@ -17,6 +17,7 @@ import json
 
 from django.shortcuts import render
 
+from deployhub.core.sections import Sections
 from deployhub.registry.contract import contract_warnings
 from deployhub.registry.diff import diff_versions
 from deployhub.registry.forms import (
@@ -27,7 +28,6 @@ from deployhub.registry.forms import (
     TaskForm,
 )
 from deployhub.registry.tasks import proposed_task
-from deployhub.sections import Sections
 from workers.backends.known import BACKENDS
 from workers.checks.preprocessing import generate_code
 
