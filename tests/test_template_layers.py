@@ -2,7 +2,8 @@
 or template. A higher app draws on a lower app's page through the page's contributed
 sections (deployhub/core/sections.py), as its code does through imports; a partial several
 apps draw lives with the app that owns its data, or at the top of templates/ when it
-belongs to none.
+belongs to none. There are no exceptions: a page that needs a higher app's partial takes it
+as a contributed section.
 """
 
 import re
@@ -16,11 +17,6 @@ from tests.layering import ROOT, layers
 URL = re.compile(r"{%\s*url\s+['\"]([\w-]+)['\"]")
 LOAD = re.compile(r"{%\s*load\s+([\w\s]+?)\s*%}")
 TEMPLATE = re.compile(r"{%\s*(?:include|extends)\s+['\"]([\w-]+)/")
-
-
-# Partials of a higher app that a lower app's template may include: none (a page that needs
-# one takes it as a contributed section).
-KNOWN_INCLUDES = set()
 
 
 def ranks():
@@ -74,8 +70,6 @@ def test_no_template_names_a_higher_apps_url_tag_or_template():
             continue
         for named, what in references(path.read_text(), rank, urls):
             if named is not None and named != owner and rank[named] >= rank[owner]:
-                if what.startswith("template ") and (path.name, what) in KNOWN_INCLUDES:
-                    continue
                 upward.append(f"{path.relative_to(ROOT)}: {what} ({named})")
     assert not upward, "\n".join(upward)
 
