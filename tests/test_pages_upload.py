@@ -23,7 +23,7 @@ def onnx_upload():
 
 
 def errors_of(page, field):
-    found = re.search(rf'data-errors-for="{field}" id="errors-{field}">(.*?)</div>', page, re.S)
+    found = re.search(rf'data-errors-for="{field}"\s+id="errors-{field}">(.*?)</div>', page, re.S)
     return found.group(1) if found else ""
 
 
