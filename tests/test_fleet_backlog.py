@@ -34,7 +34,7 @@ def heard(device, ago, draining=False):
 
 def waiting_line(page):
     """The job page's notice, or None when it is hidden."""
-    found = re.search(r'<p id="job-waiting" class="warn"\s*(hidden)?>(.*?)</p>', page, re.S)
+    found = re.search(r'<p id="job-waiting"\s+class="warn"\s*(hidden)?>(.*?)</p>', page, re.S)
     return None if found.group(1) else found.group(2).strip()
 
 
