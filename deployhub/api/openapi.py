@@ -11,10 +11,11 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, RawPostDataException
-from django.urls import reverse
+from django.urls import path, reverse
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from ninja.responses import Response
 
 from deployhub.api import (
     auth,
@@ -41,8 +42,28 @@ class HubAPI(NinjaAPI):
     """Mounted without a URL namespace (deployhub/urls.py): an operation keeps the URL name
     its hand-written view had, so reverse("api_job", ...) holds wherever it was written."""
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._served_schemas: dict[str, bytes] = {}
+
     def url_patterns(self) -> list[Any]:
-        return self._get_urls()
+        """ninja's URLs, /openapi.json served by openapi_json (below) instead of ninja's view."""
+        return [
+            path(str(url.pattern), self.openapi_json, name=url.name)
+            if getattr(url, "name", None) == "openapi-json"
+            else url
+            for url in self._get_urls()
+        ]
+
+    def openapi_json(self, request: HttpRequest, **path_params: Any) -> HttpResponse:
+        """The schema, built once per root path and then served as it was built: the
+        operations are fixed once the areas' routers are added (below), and building it walks
+        every operation's pydantic models, most of a second of CPU each time."""
+        prefix = self.get_root_path(path_params)
+        if prefix not in self._served_schemas:
+            schema = self.get_openapi_schema(path_prefix=prefix, path_params=path_params)
+            self._served_schemas[prefix] = Response(schema).content
+        return HttpResponse(self._served_schemas[prefix], content_type="application/json")
 
     def get_openapi_operation_id(self, operation: Any) -> str:
         return operation.view_func.__name__  # each is unique: a test says so
