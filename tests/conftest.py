@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,16 @@ PASSWORD = "correct horse battery"
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-# Files that run longest, started first: under pytest-xdist the other process takes the rest.
-LONGEST_FIRST = ("test_conformance.py", "test_soak_short.py")
+# Files that run longest (make test's --durations), started first in this order: under
+# pytest-xdist (--dist loadfile) each process takes the next file when it is free, so a long
+# file handed out last would run on alone. The other files follow, those with most
+# e2e tests (real workers, a live server, Chromium) first, then those with most tests.
+LONGEST_FIRST = (
+    "test_conformance.py",
+    "test_soak_short.py",
+    "test_fuzz_api.py",
+    "test_pipeline_gate.py",
+)
 # Fixtures that reach a service (PostgreSQL, Redis, a live server, worker processes, Chromium).
 # A test needs services when it uses one, even through another fixture (alice needs db).
 SERVICE_FIXTURES = {
@@ -54,6 +63,11 @@ def pytest_configure(config):
         "services: needs PostgreSQL, Redis, a live server, workers or Chromium (set in "
         "tests/conftest.py from fixtures and marks; make test-fast runs the rest)",
     )
+    # pytest-xdist hands out files in the order they are collected (below), not sorted by
+    # how many tests each holds, as it does by default: the soak's 3 tests and the gate's 1
+    # came near the end.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def needs_services(item):
@@ -62,13 +76,26 @@ def needs_services(item):
     return bool(marked) or not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the mark
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items):
-    """Mark the tests that need services; put the longest files first, each in its own order."""
+    """Mark the tests that need services (before `-m` selects on the mark); then, after the
+    other plugins' sorts (pytest-django's puts a file's database tests first), put the
+    longest files first, each file's tests together in the order they were put in."""
     for item in items:
         if needs_services(item):
             item.add_marker(pytest.mark.services)
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    yield
+    tests, e2e = Counter(), Counter()
+    for item in items:
+        tests[item.path] += 1
+        e2e[item.path] += bool(item.get_closest_marker("e2e"))
+
+    def longest_first(item):
+        name = item.path.name
+        known = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return known, -e2e[item.path], -tests[item.path], str(item.path)
+
+    items.sort(key=longest_first)
 
 
 @pytest.fixture(scope="session", autouse=True)
