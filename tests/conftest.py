@@ -359,11 +359,13 @@ def start_worker(live_server, tmp_path):
     """
     started = []
 
-    def start(device, token, env=None, python=None, mode="broker"):
+    def start(device, token, env=None, python=None, mode="broker", ready=True):
+        """ready=False: answer at once (workers started side by side load their backends
+        at the same time); worker_ready(worker, device) waits."""
         log = tmp_path / f"worker-{device.name}.log"
         worker = WorkerProcess(live_server.url, token, log, env, python, mode)
         started.append(worker)
-        return worker_ready(worker, device)
+        return worker_ready(worker, device) if ready else worker
 
     yield start
     for worker in started:

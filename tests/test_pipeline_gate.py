@@ -38,7 +38,7 @@ from deployhub.registry.uploads import create_dataset, create_version
 from deployhub.releases.models import Release, ReleaseState
 from deployhub.teams.models import ApiToken
 from tests.conformance_run import QUICK_BENCHMARKS
-from tests.conftest import ASSETS, ROOT, wait_until
+from tests.conftest import ASSETS, ROOT, wait_until, worker_ready
 from tests.gate_models import busy_digits
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -94,22 +94,24 @@ def small_validation_set():
     return File(out, name="validation.npz")
 
 
-def in_production(model, device_class, user):
-    """Make the model's first version production on the class, as auto mode recommends it."""
-    run = auto.start(model.versions.get(), device_class, user)
-    run = wait_until(
-        lambda: (r := AutoRun.objects.get(pk=run.pk)).state == "done" and r,
-        300,
-        f"the production version's auto run on {device_class.slug}",
-        interval=1,
-    )
-    assert run.recommended is not None, run.summary
-    Release.objects.create(
-        engine=run.recommended.engine,
-        model=model,
-        device_class=device_class,
-        state=ReleaseState.PRODUCTION,
-    )
+def in_production(model, device_classes, user):
+    """Make the model's first version production on each class, as auto mode recommends it
+    (the classes' auto runs side by side, each on its class's worker)."""
+    started = [auto.start(model.versions.get(), c, user) for c in device_classes]
+    for device_class, run in zip(device_classes, started, strict=True):
+        run = wait_until(
+            lambda run=run: (r := AutoRun.objects.get(pk=run.pk)).state == "done" and r,
+            300,
+            f"the production version's auto run on {device_class.slug}",
+            interval=0.2,
+        )
+        assert run.recommended is not None, run.summary
+        Release.objects.create(
+            engine=run.recommended.engine,
+            model=model,
+            device_class=device_class,
+            state=ReleaseState.PRODUCTION,
+        )
 
 
 def pipeline_token(user):
@@ -135,15 +137,16 @@ def test_the_ci_gate_passes_a_faster_model_fails_a_slower_one_and_cannot_judge_a
         DeviceClass.objects.create(team=demo_team, slug=slug, name=slug, frame_budget_ms=500)
         for slug in [*gated, OFFLINE_CLASS]
     ]
-    for device_class in classes[:2]:
-        start_worker(*make_device(f"{device_class.slug}-1", device_class))
+    devices = [make_device(f"{c.slug}-1", c) for c in classes[:2]]
+    workers = [start_worker(*device, ready=False) for device in devices]  # load side by side
+    for worker, (device, _) in zip(workers, devices, strict=True):
+        worker_ready(worker, device)
 
     model = Model.objects.create(team=demo_team, name=variables["MODEL"], created_by=alice)
     with open(busy_digits(tmp_path / "v1.onnx", PRODUCTION_BUSYWORK), "rb") as handle:
         first = create_version(model, File(handle, name="v1.onnx"), alice)
     create_dataset(first, small_validation_set(), alice, kind="validation", name="validation")
-    for device_class in classes[:2]:
-        in_production(model, device_class, alice)
+    in_production(model, classes[:2], alice)
 
     secrets = {
         "DEPLOYHUB_URL": live_server.url,
