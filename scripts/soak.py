@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.private_services import port_open, wait_for  # noqa: E402
-from tests.soak_stack import HTTPS, Stack, http_json  # noqa: E402
+from tests.soak_stack import BROKER, HTTPS, Stack, http_json, stop_together  # noqa: E402
 from tests.soak_world import (  # noqa: E402
     CLASS_SLUG,
     DEVICES,
@@ -164,9 +164,15 @@ class Soak:
     # -- workers
 
     def start_workers(self, names=DEVICES):
-        for name in names:
-            offset = SKEWED.get(name, 0)
-            self.stack.start_worker(name, self.world.device_tokens[name], clock_offset=offset)
+        """Start broker-mode workers, all at once (each takes seconds to load its backends),
+        and wait until each consumes."""
+        stack, tokens = self.stack, self.world.device_tokens
+        launched = [
+            (name, stack.launch_worker(name, tokens[name], clock_offset=SKEWED.get(name, 0)))
+            for name in names
+        ]
+        for name, started in launched:
+            stack.wait_ready(name, BROKER, *started)
 
     def start_https_workers(self):
         """Start the HTTPS-mode devices not running yet, all at once (each takes seconds to
@@ -611,8 +617,7 @@ def fault_clock_skew(soak):
         ", ".join(f"job {j.pk} {j.state} attempt {j.attempt} on {j.device}" for j in ran),
     )
     reap_on_hub_clock(soak, finding)
-    for name in SKEWED:
-        stack.workers.pop(name).stop()
+    stop_together([stack.workers.pop(name) for name in SKEWED], 20)
     soak.start_workers()
     return soak.conclude(finding)
 

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import requests
@@ -83,11 +84,11 @@ class Stack:
         self.wait_healthy(60)
 
     def stop(self):
-        """Stop every process and service; unmount the storage tmpfs."""
+        """Stop every process and service; unmount the storage tmpfs. The device workers
+        stop together, then the hub's processes together."""
         workers = [*self.workers.values(), *self.https_workers.values()]
-        for process in [*workers, self.beat, self.hub_worker, self.hub]:
-            if process is not None:
-                process.stop(timeout=10)
+        for processes in (workers, [self.beat, self.hub_worker, self.hub]):
+            stop_together([process for process in processes if process is not None], 10)
         if self.redis.running:
             self.redis.stop(kill=True)
         self.postgres.stop("immediate")
@@ -230,6 +231,19 @@ class Stack:
 
     def storage_free_bytes(self):
         return shutil.disk_usage(self.storage).free
+
+
+def stop_together(processes, timeout):
+    """SIGTERM every process's group at once; SIGKILL those still there `timeout` s later."""
+    running = [process for process in processes if process.running]
+    for process in running:
+        process.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.process.wait(timeout=max(0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill9()
 
 
 def _died(process):
