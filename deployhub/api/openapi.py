@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, RawPostDataException
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from ninja import NinjaAPI, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
@@ -50,7 +50,7 @@ class HubAPI(NinjaAPI):
         """ninja's URLs, /openapi.json served by openapi_json (below) instead of ninja's view."""
         return [
             path(str(url.pattern), self.openapi_json, name=url.name)
-            if getattr(url, "name", None) == "openapi-json"
+            if isinstance(url, URLPattern) and url.name == "openapi-json"
             else url
             for url in self._get_urls()
         ]
