@@ -43,6 +43,7 @@ LONGEST_FIRST = (
     "test_soak_short.py",
     "test_fuzz_api.py",
     "test_pipeline_gate.py",
+    "test_schemathesis.py",  # one test, no e2e mark: else handed out among the last
 )
 # Fixtures that reach a service (PostgreSQL, Redis, a live server, worker processes, Chromium).
 # A test needs services when it uses one, even through another fixture (alice needs db).
