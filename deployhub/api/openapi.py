@@ -7,6 +7,7 @@ calls marked for them (api/v1.py). The device protocol (docs/protocol.md) is not
 is the worker's, with its own exact behaviour, in api/protocol.py.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -47,9 +48,13 @@ class HubAPI(NinjaAPI):
         self._served_schemas: dict[str, bytes] = {}
 
     def url_patterns(self) -> list[Any]:
-        """ninja's URLs, /openapi.json served by openapi_json (below) instead of ninja's view."""
+        """ninja's URLs, /openapi.json served by openapi_json (below) instead of ninja's view,
+        behind the same docs_decorator ninja would put in front of its own."""
+        view: Callable[..., Any] = self.openapi_json
+        if self.docs_decorator:  # ninja types it with a free TypeVar, and ignores it itself
+            view = self.docs_decorator(view)  # type: ignore[arg-type]
         return [
-            path(str(url.pattern), self.openapi_json, name=url.name)
+            path(str(url.pattern), view, name=url.name)
             if isinstance(url, URLPattern) and url.name == "openapi-json"
             else url
             for url in self._get_urls()
