@@ -55,16 +55,23 @@ def _start_workers(live_server, device_class, folder):
         started.append(
             (device, WorkerProcess(live_server.url, token, folder / f"worker-{index}.log"))
         )
-    for device, worker in started:
-        wait_until(
-            lambda device=device: Device.objects.get(pk=device.pk).last_heartbeat_at,
-            timeout=60,
-            what=f"worker {device.name} to heartbeat",
-            on_timeout=worker.output,
-        )
     workers = [worker for _, worker in started]
-    for worker in workers:
-        wait_until(lambda w=worker: "ready" in w.output(), 60, "a worker's consumer to be ready")
+    try:
+        for device, worker in started:
+            wait_until(
+                lambda device=device: Device.objects.get(pk=device.pk).last_heartbeat_at,
+                timeout=60,
+                what=f"worker {device.name} to heartbeat",
+                on_timeout=worker.output,
+            )
+        for worker in workers:
+            wait_until(
+                lambda w=worker: "ready" in w.output(), 60, "a worker's consumer to be ready"
+            )
+    except BaseException:
+        for worker in workers:  # both run in sessions of their own: pytest would not stop them
+            worker.stop()
+        raise
     return workers
 
 
