@@ -37,6 +37,15 @@ def test_it_offers_an_example_and_the_allowed_values_next_to_each_json_field(log
     assert "{&quot;sizes&quot;: [1, 8]}" in page
 
 
+def test_an_empty_error_slot_holds_nothing_at_all_so_the_page_hides_it(logged_in):
+    """The stylesheet hides .form-errors and .field-errors while they are :empty; a newline
+    left inside one by the template's layout would show an empty red box on every form."""
+    page = logged_in.get("/models/").content.decode()
+
+    slots = re.findall(r'<div class="(?:form|field)-errors"[^>]*>(.*?)</div>', page, re.S)
+    assert len(slots) > 3 and slots == [""] * len(slots)
+
+
 def test_it_reports_every_error_at_once_next_to_its_field(logged_in, alice, demo_team):
     Model.objects.create(team=demo_team, name="taken", created_by=alice)
     spec = {"color_order": "XYZ", "std": [1, 0, 1], "crop": 3}
