@@ -44,8 +44,12 @@ from tests.gate_models import busy_digits
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 CI = ROOT / "examples" / "ci"
-PRODUCTION_BUSYWORK = 100  # layers: a few milliseconds a frame
-SLOWER_BUSYWORK = 1000  # ten times as many: far past 2x, whatever the noise
+PRODUCTION_BUSYWORK = 100  # layers: about 1.5 ms a frame on a quiet CPU
+# Fifty times as many (about 60 ms a frame): the gate calls an unstable slowdown under 2x
+# "within noise", and on a loaded machine (make test runs this beside the conformance corpus)
+# stalls of 30 ms lift the baseline's p99 as much as the candidate's. Ten times as many
+# (16 ms) read as +47% there.
+SLOWER_BUSYWORK = 5000
 VALIDATION_SAMPLES = 40
 OFFLINE_CLASS = "edge-arm"  # a class the team added but has no device in yet
 GATE_TIMEOUT_S = 480
